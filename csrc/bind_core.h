@@ -1,0 +1,7 @@
+// gdlbench._core is assembled from one binding function per area.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace gdl::bind {
+void bind_gemm(pybind11::module_& m);
+}  // namespace gdl::bind

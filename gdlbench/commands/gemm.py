@@ -1,0 +1,97 @@
+"""gdlbench gemm: TFLOP/s of C = op(A) @ op(B) over one shape, a list, or a square sweep."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import env
+from ..cli import common_options
+from ..errors import CheckFailed, UsageError
+from ..gemm import gemm, validate_shape
+from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+
+COLUMNS = [
+    Column("m", "m"), Column("n", "n"), Column("k", "k"), Column("dtype", "dtype"),
+    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
+    Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
+    Column("#wrong", "wrong"),
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", type=int, help="rows of C (default 2048)")
+    p.add_argument("-n", type=int, help="columns of C (default 2048)")
+    p.add_argument("-k", type=int, help="inner dimension (default 2048)")
+    p.add_argument("--shapes", help="list of MxNxK, comma-separated: 1024x1024x1024,4096x512x1000")
+    p.add_argument("--sweep", help="square sizes MIN:MAX[:FACTOR], e.g. 256:4096:2")
+    p.add_argument("--dtype", default="float32", help="cpu: float32, float64; cuda: float32, tf32, float16, bfloat16, float64")
+    p.add_argument("--ta", action="store_true", help="use A transposed")
+    p.add_argument("--tb", action="store_true", help="use B transposed")
+    p.add_argument("--no-check", dest="check", action="store_false", help="skip the float64 reference check")
+    p.add_argument("--seed", type=int, default=1, help="test-data seed")
+    common_options(p, short_iters=False)  # -n is the column count here, as in BLAS
+
+
+def parse_shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    given = [x for x in (args.shapes, args.sweep) if x]
+    if len(given) > 1 or (given and any(v is not None for v in (args.m, args.n, args.k))):
+        raise UsageError("give -m/-n/-k, --shapes or --sweep, not several")
+    if args.shapes:
+        shapes = []
+        for item in args.shapes.split(","):
+            parts = item.lower().split("x")
+            try:
+                m, n, k = (int(x) for x in parts)
+            except ValueError:
+                raise UsageError(f"--shapes: cannot read {item!r} as MxNxK") from None
+            shapes.append((m, n, k))
+    elif args.sweep:
+        parts = args.sweep.split(":")
+        try:
+            lo, hi, factor = (int(parts[0]), int(parts[1]), int(parts[2]) if len(parts) > 2 else 2)
+        except (ValueError, IndexError):
+            raise UsageError(f"--sweep: expected MIN:MAX[:FACTOR], got {args.sweep!r}") from None
+        if lo < 1 or hi < lo or factor < 2:
+            raise UsageError(f"--sweep: need 1 <= MIN <= MAX and FACTOR >= 2, got {args.sweep!r}")
+        shapes, s = [], lo
+        while s <= hi:
+            shapes.append((s, s, s))
+            s *= factor
+    else:
+        shapes = [(args.m or 2048, args.n or 2048, args.k or 2048)]
+    for m, n, k in shapes:
+        validate_shape(m, n, k)
+    return shapes
+
+
+def run(args: argparse.Namespace) -> int:
+    shapes = parse_shapes(args)
+    json_out = OutputFile(args.json, "--json") if args.json else None
+    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    device, why = env.resolve_device(args.device)
+    is_root = env.rank() == 0
+    progress = Progress(len(shapes), "gemm", enabled=is_root)
+    results = []
+    for m, n, k in shapes:
+        r = gemm(m, n, k, args.dtype, device, iters=args.iters, warmup=args.warmup, threads=args.threads,
+                 check=args.check, trans_a=args.ta, trans_b=args.tb, seed=args.seed)
+        results.append(r)
+        progress.step(f"{m}x{n}x{k}: {r.tflops:.3f} TFLOP/s")
+    clock = results[0].measurement.clock
+    report = Report(
+        "gemm", vars(args) | {"device": device}, env.collect() if is_root else {},
+        {"clock": clock, "region": results[0].measurement.region, "rank_reduction": "none (this rank)"},
+        rows=[r.to_dict() for r in results])
+    threads = f", {results[0].threads} BLAS threads" if device == "cpu" else ""
+    tol = results[0].check["tolerance"] if results[0].check else None
+    caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} iterations "
+               f"after {args.warmup} warm-up; TFLOP/s = 2mnk/t"
+               + (f"; check: max |C-R|/(|A||B|) <= {tol:g} vs float64, {results[0].check['checked_rows']} rows" if tol else ""))
+    if is_root:
+        print_table(f"gdlbench gemm ({args.dtype}, {'A^T' if args.ta else 'A'} @ {'B^T' if args.tb else 'B'})",
+                    COLUMNS, report.rows, caption=caption)
+        report.write(json_out, csv_out)
+    if not all(r.passed for r in results):
+        raise CheckFailed("GEMM results differ from the float64 reference beyond the tolerance")
+    return 0

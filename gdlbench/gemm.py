@@ -1,0 +1,245 @@
+"""GEMM: C = op(A) @ op(B), OpenBLAS on the CPU and cuBLAS on the GPU, timed by the native harness
+and checked, untimed, against a float64 reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import env
+from ._native import _core, require_cuda
+from .errors import UsageError
+from .measurement import Measurement
+
+CPU_DTYPES = ("float32", "float64")
+CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float64")
+# Tolerance on max_ij |C - R|_ij / (|A| |B|)_ij, the error relative to the magnitudes summed.
+# Inputs are k/128 (exact in every dtype), so R is exact and only the kernel's accumulation and
+# the output's rounding count.
+TOLERANCE = {"float64": 1e-12, "float32": 2e-5, "tf32": 2e-5, "float16": 2e-3, "bfloat16": 1e-2}
+CHECK_ROWS = 128  # rows of C compared with the reference: large GEMMs stay cheap to check
+_NUMPY_DTYPE = {"float32": np.float32, "float64": np.float64}
+
+
+@dataclass
+class GemmResult:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    device: str
+    threads: int | None
+    trans_a: bool
+    trans_b: bool
+    measurement: Measurement
+    check: dict | None = field(default=None)
+
+    @property
+    def tflops(self) -> float:
+        return 2.0 * self.m * self.n * self.k / (self.measurement.median * 1e-6) / 1e12
+
+    @property
+    def passed(self) -> bool:
+        return self.check is None or self.check["passed"]
+
+    def to_dict(self) -> dict:
+        row = {"m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype, "device": self.device,
+               "threads": self.threads, "trans_a": self.trans_a, "trans_b": self.trans_b,
+               **self.measurement.to_dict(), "tflops": self.tflops}
+        row.pop("clock"), row.pop("region")
+        if self.check is not None:
+            row.update(max_rel_error=self.check["max_rel_error"], tolerance=self.check["tolerance"],
+                       wrong=self.check["wrong"])
+        return row
+
+
+def validate_shape(m: int, n: int, k: int) -> None:
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if not isinstance(v, (int, np.integer)) or v <= 0:
+            raise UsageError(f"gemm: {name} must be a positive integer, got {v!r}")
+        if v > 2**31 - 1:
+            raise UsageError(f"gemm: {name}={v} exceeds the BLAS limit of 2^31-1")
+
+
+def _host_memory_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 2**62
+
+
+def _check_fits(nbytes: int, available: int, where: str) -> None:
+    if nbytes > available:
+        raise UsageError(f"gemm: needs {nbytes / 2**30:.1f} GiB of {where} memory, {available / 2**30:.1f} GiB available")
+
+
+def _op(x: np.ndarray, trans: bool) -> np.ndarray:
+    return x.T if trans else x
+
+
+def check_rows(m: int) -> np.ndarray:
+    """Evenly spread row indices (first and last included) that the check compares."""
+    return np.unique(np.linspace(0, m - 1, num=min(m, CHECK_ROWS)).round().astype(np.int64))
+
+
+def compare(c_rows: np.ndarray, a: np.ndarray, b: np.ndarray, rows: np.ndarray, trans_a: bool, trans_b: bool,
+            dtype: str) -> dict:
+    """Compare rows of C with the float64 reference op(A)[rows] @ op(B)."""
+    a64 = _op(a.astype(np.float64), trans_a)[rows]
+    b64 = _op(b.astype(np.float64), trans_b)
+    ref = a64 @ b64
+    scale = np.abs(a64) @ np.abs(b64)
+    err = np.abs(c_rows.astype(np.float64) - ref) / np.maximum(scale, np.finfo(np.float64).tiny)
+    tol = TOLERANCE[dtype]
+    return {"max_rel_error": float(err.max()), "tolerance": tol, "wrong": int((err > tol).sum()),
+            "checked_rows": int(rows.size), "passed": bool((err <= tol).all())}
+
+
+def gemm(m: int = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", device: str = "auto", *,
+         iters: int = 20, warmup: int = 5, threads: int | None = None, check: bool = True,
+         trans_a: bool = False, trans_b: bool = False, a=None, b=None, seed: int = 1) -> GemmResult:
+    """Time C = op(A) @ op(B). Give sizes (random inputs), or arrays `a` and `b` (numpy -> CPU, any
+    object with __cuda_array_interface__, e.g. CuPy -> GPU); their shapes then set m, n and k."""
+    if iters < 1 or warmup < 0:
+        raise UsageError(f"gemm: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    if (a is None) != (b is None):
+        raise UsageError("gemm: give both a and b, or neither")
+    if a is not None:
+        return _gemm_arrays(a, b, iters=iters, warmup=warmup, threads=threads, check=check,
+                            trans_a=trans_a, trans_b=trans_b)
+    validate_shape(m, n, k)
+    dev, _ = env.resolve_device(device)
+    if dev == "cpu":
+        return _gemm_cpu(m, n, k, dtype, iters, warmup, threads, check, trans_a, trans_b, seed)
+    return _gemm_cuda(m, n, k, dtype, iters, warmup, check, trans_a, trans_b, seed)
+
+
+def _shape_of(m, n, k, trans_a, trans_b):
+    return ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
+
+
+def _gemm_cpu(m, n, k, dtype, iters, warmup, threads, check, trans_a, trans_b, seed) -> GemmResult:
+    if dtype not in CPU_DTYPES:
+        raise UsageError(f"gemm: dtype {dtype!r} is not available on cpu ({', '.join(CPU_DTYPES)})")
+    np_dtype = _NUMPY_DTYPE[dtype]
+    sa, sb = _shape_of(m, n, k, trans_a, trans_b)
+    _check_fits((m * k + k * n + m * n) * np.dtype(np_dtype).itemsize, _host_memory_available(), "host")
+    a = np.empty(sa, dtype=np_dtype)
+    b = np.empty(sb, dtype=np_dtype)
+    _core.fill(a, seed)
+    _core.fill(b, seed + 1)
+    return _run_cpu(a, b, dtype, iters, warmup, threads, check, trans_a, trans_b)
+
+
+def _run_cpu(a, b, dtype, iters, warmup, threads, check, trans_a, trans_b) -> GemmResult:
+    m = a.shape[1] if trans_a else a.shape[0]
+    k = a.shape[0] if trans_a else a.shape[1]
+    n = b.shape[0] if trans_b else b.shape[1]
+    threads = threads or env.default_threads()
+    c = np.zeros((m, n), dtype=a.dtype)  # zeros touches every page before timing
+    _core.set_blas_threads(threads)
+    samples = _core.gemm_time(a, b, c, trans_a, trans_b, warmup, iters)
+    meas = Measurement(samples, "steady-clock", "one cblas_?gemm call (output buffer preallocated)")
+    result = GemmResult(m, n, k, dtype, "cpu", threads, trans_a, trans_b, meas)
+    if check:
+        rows = check_rows(m)
+        result.check = compare(c[rows], a, b, rows, trans_a, trans_b, dtype)
+    return result
+
+
+def _cuda_ptr(x) -> tuple[int, tuple, str]:
+    cai = x.__cuda_array_interface__
+    if cai.get("strides") is not None:  # None means C-contiguous
+        itemsize = np.dtype(cai["typestr"]).itemsize
+        expected = tuple(int(np.prod(cai["shape"][i + 1:])) * itemsize for i in range(len(cai["shape"])))
+        if tuple(cai["strides"]) != expected:
+            raise UsageError("gemm: device arrays must be C-contiguous")
+    return int(cai["data"][0]), tuple(cai["shape"]), np.dtype(cai["typestr"]).name
+
+
+def _gemm_arrays(a, b, *, iters, warmup, threads, check, trans_a, trans_b) -> GemmResult:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        if a.dtype != b.dtype or a.dtype.name not in CPU_DTYPES or a.ndim != 2 or b.ndim != 2:
+            raise UsageError("gemm: a and b must be 2-D numpy arrays of one dtype, float32 or float64")
+        return _run_cpu(np.ascontiguousarray(a), np.ascontiguousarray(b), a.dtype.name, iters, warmup, threads,
+                        check, trans_a, trans_b)
+    if not (hasattr(a, "__cuda_array_interface__") and hasattr(b, "__cuda_array_interface__")):
+        raise UsageError("gemm: a and b must both be numpy arrays or both device arrays (CuPy)")
+    cuda = require_cuda()
+    pa, shape_a, dt = _cuda_ptr(a)
+    pb, shape_b, dt_b = _cuda_ptr(b)
+    if dt != dt_b or dt not in ("float32", "float16", "float64") or len(shape_a) != 2 or len(shape_b) != 2:
+        raise UsageError("gemm: device arrays must be 2-D, of one dtype: float32, float16 or float64")
+    m, k = (shape_a[1], shape_a[0]) if trans_a else shape_a
+    kb, n = (shape_b[1], shape_b[0]) if trans_b else shape_b
+    if k != kb:
+        raise UsageError(f"gemm: inner dimensions differ ({k} and {kb})")
+    c = cuda.DeviceBuffer(m * n * cuda.dtype_size(dt))
+    samples = cuda.gemm_time(pa, pb, c.ptr, m, n, k, dt, trans_a, trans_b, warmup, iters)
+    meas = Measurement(samples, "cuda-events", "one cublasGemmEx call")
+    result = GemmResult(m, n, k, dt, "cuda", None, trans_a, trans_b, meas)
+    if check:
+        host_a, host_b = (_device_to_numpy(cuda, p, s, dt) for p, s in ((pa, shape_a), (pb, shape_b)))
+        rows = check_rows(m)
+        result.check = compare(_device_rows(cuda, c.ptr, m, n, dt, rows), host_a, host_b, rows, trans_a, trans_b, dt)
+    return result
+
+
+def _device_to_numpy(cuda, ptr: int, shape: tuple, dtype: str) -> np.ndarray:
+    raw = np.empty(int(np.prod(shape)) * cuda.dtype_size(dtype), dtype=np.uint8)
+    cuda.copy_to_host(ptr, raw)
+    return _decode(raw, dtype).reshape(shape)
+
+
+def _decode(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Device bytes of `dtype` -> float32/float64 numpy values (bf16 has no numpy type: widen bits)."""
+    if dtype == "bfloat16":
+        return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dtype == "float16":
+        return raw.view(np.float16).astype(np.float32)
+    if dtype == "float64":
+        return raw.view(np.float64)
+    return raw.view(np.float32)  # float32 and tf32
+
+
+def _device_rows(cuda, ptr: int, m: int, n: int, dtype: str, rows: np.ndarray) -> np.ndarray:
+    size = cuda.dtype_size(dtype)
+    out = np.empty((rows.size, n), dtype=np.float64)
+    raw = np.empty(n * size, dtype=np.uint8)
+    for i, r in enumerate(rows):
+        cuda.copy_to_host(ptr + int(r) * n * size, raw)
+        out[i] = _decode(raw, dtype)
+    return out
+
+
+def _gemm_cuda(m, n, k, dtype, iters, warmup, check, trans_a, trans_b, seed) -> GemmResult:
+    cuda = require_cuda()
+    if dtype not in CUDA_DTYPES:
+        raise UsageError(f"gemm: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")
+    size = cuda.dtype_size(dtype)
+    free, _total = cuda.mem_get_info()
+    _check_fits((m * k + k * n + m * n) * size, free, "device")
+    sa, sb = _shape_of(m, n, k, trans_a, trans_b)
+    a = cuda.DeviceBuffer(m * k * size)
+    b = cuda.DeviceBuffer(k * n * size)
+    c = cuda.DeviceBuffer(m * n * size)
+    cuda.fill(a.ptr, m * k, dtype, seed)
+    cuda.fill(b.ptr, k * n, dtype, seed + 1)
+    samples = cuda.gemm_time(a.ptr, b.ptr, c.ptr, m, n, k, dtype, trans_a, trans_b, warmup, iters)
+    meas = Measurement(samples, "cuda-events", "one cublasGemmEx call")
+    result = GemmResult(m, n, k, dtype, "cuda", None, trans_a, trans_b, meas)
+    if check:
+        # The host regenerates the device's inputs bit for bit (same generator, exact values).
+        host_a = np.empty(sa, dtype=np.float32)
+        host_b = np.empty(sb, dtype=np.float32)
+        _core.fill(host_a, seed)
+        _core.fill(host_b, seed + 1)
+        rows = check_rows(m)
+        result.check = compare(_device_rows(cuda, c.ptr, m, n, dtype, rows), host_a, host_b, rows, trans_a,
+                               trans_b, dtype)
+    return result

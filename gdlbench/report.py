@@ -1,0 +1,162 @@
+"""One report shape for every command: a rich table on stdout, JSON and CSV files written whole
+or not at all, progress on stderr. Only rank 0 prints and writes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from . import __version__
+from .errors import UsageError
+
+
+@dataclass
+class Column:
+    """A table column: header, the row key it shows, and how to format the value."""
+
+    header: str
+    key: str
+    fmt: str | Callable[[Any], str] = "{}"
+
+    def render(self, row: dict) -> str:
+        value = row.get(self.key)
+        if value is None:
+            return "-"
+        return self.fmt(value) if callable(self.fmt) else self.fmt.format(value)
+
+
+class OutputFile:
+    """A file written whole or not at all. The directory is checked when the option is read, so
+    an unwritable path fails before any measurement; the data lands by an atomic rename."""
+
+    def __init__(self, path: str, option: str) -> None:
+        self.path = Path(path)
+        self.option = option
+        parent = self.path.parent if str(self.path.parent) else Path(".")
+        if self.path.is_dir():
+            raise UsageError(f"{option} {path}: is a directory")
+        if not parent.is_dir():
+            raise UsageError(f"{option} {path}: directory {parent} does not exist")
+        if not os.access(parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+            raise UsageError(f"{option} {path}: not writable")
+
+    def write(self, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent or ".", prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"cannot serialise {type(o).__name__}")
+
+
+@dataclass
+class Report:
+    """DESIGN.md section 6's JSON shape: tool, version, command, args, env, timing, rows, summary."""
+
+    command: str
+    args: dict
+    env: dict
+    timing: dict
+    rows: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "tool": "gdlbench",
+            "version": __version__,
+            "command": self.command,
+            "args": {k: v for k, v in self.args.items() if k != "version"},
+            "env": self.env,
+            "timing": self.timing,
+            "rows": self.rows,
+            "summary": self.summary,
+            "notes": self.notes,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, default=_json_default, allow_nan=False)
+
+    def to_csv(self) -> str:
+        """One line per row; samples joined by ';' so each row stays one record."""
+        keys: list[str] = []
+        for row in self.rows:
+            keys += [k for k in row if k not in keys]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: ";".join(f"{x:.4f}" for x in v) if isinstance(v, (list, tuple)) else v
+                             for k, v in row.items()})
+        return buf.getvalue()
+
+    def write(self, json_file: OutputFile | None, csv_file: OutputFile | None) -> None:
+        if json_file:
+            json_file.write(self.to_json())
+        if csv_file:
+            csv_file.write(self.to_csv())
+
+
+def stdout_console() -> Console:
+    # Wide enough for every table when piped; colour only on a terminal.
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
+
+
+def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict], console: Console | None = None,
+                caption: str | None = None) -> None:
+    table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
+    for col in columns:
+        table.add_column(col.header, justify="right" if col.key not in ("layer", "phase", "name", "strategy", "type") else "left")
+    for row in rows:
+        table.add_row(*(escape(col.render(row)) for col in columns))
+    (console or stdout_console()).print(table)
+
+
+class Progress:
+    """Progress lines on stderr, only once a run has taken longer than `after_s` seconds, so short
+    runs stay quiet and long ones show where they are. Silent on ranks other than 0."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True, after_s: float = 2.0) -> None:
+        self.total, self.label, self.enabled, self.after_s = total, label, enabled, after_s
+        self.start = time.monotonic()
+        self.done = 0
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        if self.enabled and elapsed >= self.after_s:
+            print(f"gdlbench {self.label}: [{self.done}/{self.total}] {what} ({elapsed:.0f} s)", file=sys.stderr,
+                  flush=True)
+
+
+def fmt_float(digits: int) -> Callable[[float], str]:
+    return lambda v: f"{v:.{digits}f}"
+
+
+def fmt_sig(v: float) -> str:
+    return f"{v:.4g}"

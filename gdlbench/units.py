@@ -1,0 +1,72 @@
+"""Parsing sizes and counts the way users type them, and saying which convention was applied."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+
+# nccl-tests reads K/M/G as 1024-based; "100MB" reads naturally as decimal. Both are accepted and
+# the output states the convention (SIZE_CONVENTION).
+_BINARY = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40,
+           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+SIZE_CONVENTION = "K/M/G and KiB/MiB/GiB are 1024-based (as nccl-tests); KB/MB/GB are 1000-based"
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+
+MAX_BYTES = 2**40  # 1 TiB: anything larger is a typo, not a benchmark
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """'100MB' -> 100_000_000, '4K' -> 4096, '1GiB' -> 2**30, '512' -> 512."""
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise UsageError(f"{what}: cannot read {text!r} as a size (e.g. 8, 4K, 100MB, 1GiB)")
+        number, suffix = float(m.group(1)), m.group(2).upper()
+        scale = _BINARY.get(suffix) or _DECIMAL.get(suffix)
+        if scale is None:
+            raise UsageError(f"{what}: unknown unit {m.group(2)!r} in {text!r} (B, K, M, G, KB, MB, GB, KiB, MiB, GiB)")
+        value = int(round(number * scale))
+    if value <= 0:
+        raise UsageError(f"{what}: must be positive, got {text!r}")
+    if value > MAX_BYTES:
+        raise UsageError(f"{what}: {text!r} is larger than 1 TiB")
+    return value
+
+
+def parse_count(text: str | int | float, what: str = "count") -> int:
+    """Element counts with decimal suffixes: '25.6M' -> 25_600_000, '4K' -> 4000."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _SIZE_RE.match(str(text))
+        scales = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}
+        if not m or m.group(2).upper() not in scales:
+            raise UsageError(f"{what}: cannot read {text!r} as a count (e.g. 1000, 25.6M, 4K)")
+        value = float(m.group(1)) * scales[m.group(2).upper()]
+    if value < 1 or value != value:
+        raise UsageError(f"{what}: must be at least 1, got {text!r}")
+    if value > 2**40:
+        raise UsageError(f"{what}: {text!r} is absurdly large")
+    return int(round(value))
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    """'1,2,4' -> [1, 2, 4]; each item positive."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"{what}: expected positive integers, got {text!r}")
+    return values
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} B"
