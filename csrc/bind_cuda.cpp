@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <mpi4py/mpi4py.h>
 
+#include "bind_cuda.h"
 #include "bind_util.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -16,10 +17,9 @@
 
 namespace py = pybind11;
 using namespace gdl;
+using gdl::bind::as_ptr;
 
 namespace {
-
-void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 
 py::dict versions() {
   py::dict d;

@@ -59,7 +59,7 @@ def parse_shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
             shapes.append((s, s, s))
             s *= factor
     else:
-        shapes = [(args.m or 2048, args.n or 2048, args.k or 2048)]
+        shapes = [tuple(2048 if v is None else v for v in (args.m, args.n, args.k))]
     for m, n, k in shapes:
         validate_shape(m, n, k)
     return shapes

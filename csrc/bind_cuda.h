@@ -1,0 +1,10 @@
+// gdlbench._cuda is assembled from one binding function per area (csrc/bind_cuda_<area>.cpp).
+#pragma once
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+
+namespace gdl::bind {
+inline void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
+// Areas add their binding function here and call it from PYBIND11_MODULE(_cuda, ...).
+}  // namespace gdl::bind

@@ -1,0 +1,38 @@
+"""Shared test helpers: GPU skip marker and a runner for multi-rank jobs under the venv's mpiexec."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gdlbench
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+HAVE_GPU = gdlbench.cuda_status()[0] > 0
+requires_gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no GPU: {gdlbench.cuda_status()[1]}")
+
+
+def mpi_env() -> dict:
+    env = dict(os.environ)
+    # The same tests pass with Open MPI, which refuses root and oversubscription without these.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PRTE_MCA_rmaps_default_mapping_policy=":oversubscribe", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_mpi(nranks: int, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    """`mpiexec -n N <args>`; args starting with '-c' or a .py path run under this Python."""
+    cmd = [str(MPIEXEC), "-n", str(nranks), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+
+
+def run_cli(*args: str, nranks: int = 0, timeout: float = 180) -> subprocess.CompletedProcess:
+    """The gdlbench CLI as a user runs it: alone, or under mpiexec with nranks ranks."""
+    cli = [sys.executable, "-m", "gdlbench", *args]
+    if nranks:
+        return run_mpi(nranks, *cli, timeout=timeout)
+    return subprocess.run(cli, capture_output=True, text=True, timeout=timeout, env=mpi_env())
