@@ -4,4 +4,5 @@
 
 namespace gdl::bind {
 void bind_gemm(pybind11::module_& m);
+void bind_layer(pybind11::module_& m);
 }  // namespace gdl::bind
