@@ -30,9 +30,16 @@ cpu::LayerSpec spec_from_dict(const py::dict& d, int batch) {
   if (d.contains("attrs")) {
     for (auto kv : d["attrs"].cast<py::dict>()) {
       const auto key = py::str(kv.first).cast<std::string>();
-      if (py::isinstance<py::bool_>(kv.second) || py::isinstance<py::int_>(kv.second) ||
-          py::isinstance<py::float_>(kv.second))
-        s.attrs[key] = kv.second.cast<double>();  // non-numeric attributes are for people, not kernels
+      const auto& v = kv.second;
+      if (py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v)) {
+        s.attrs[key] = v.cast<double>();
+      } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+        // network.py writes 2-D geometry as [h, w]: kernels read key_h and key_w.
+        const auto hw = v.cast<std::vector<double>>();
+        GDL_REQUIRE(hw.size() == 2, "layer spec ", s.name, ": attribute '", key, "' must be a number or [h, w]");
+        s.attrs[key + "_h"] = hw[0];
+        s.attrs[key + "_w"] = hw[1];
+      }  // other attributes (strings) are for people, not kernels
     }
   }
   GDL_REQUIRE(!s.in_shapes.empty(), "layer spec ", s.name, ": no inputs");
