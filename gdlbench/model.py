@@ -362,6 +362,19 @@ class Phases:
         s = sum(out)
         return [t * total / s for t in out] if s > 0 else [total / len(out)] * len(out)
 
+    def to_report(self) -> dict:
+        """These phases in the phases-JSON shape (module docstring): what from_dict reads back."""
+        rows: list[dict] = [{"phase": ph, "time_us": t} for ph, t in (
+            ("io", self.io_us), ("h2d", self.h2d_us), ("forward", self.forward_us),
+            ("backward", self.backward_us), ("update", self.update_us))]
+        if self.comm_us is not None:
+            rows.append({"phase": "comm", "time_us": self.comm_us})
+        rows += [{"layer": k, "phase": "forward", "time_us": v} for k, v in self.layer_forward_us.items()]
+        rows += [{"layer": k, "phase": "backward", "time_us": v} for k, v in self.layer_backward_us.items()]
+        return {"tool": "gdlbench", "command": "iteration", "args": {"net": self.net, "batch": self.batch},
+                "env": {"world_size": self.workers}, "summary": {"batch": self.batch, "source": self.source},
+                "rows": rows}
+
     def to_dict(self) -> dict:
         return {"batch": self.batch, "io_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
                 "backward_us": self.backward_us, "update_us": self.update_us, "comm_us": self.comm_us,
