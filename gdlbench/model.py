@@ -472,8 +472,11 @@ def schedule(ready_us: Sequence[float], cost_us: Sequence[float], start_us: floa
 
 
 def predict_iteration(net: Network | str, phases: Phases, comm: CommModel, strategy: Strategy,
-                      workers: int, dtype_bytes: int = 4) -> Prediction:
-    """The model's iteration time for `strategy` on `workers` workers (module docstring)."""
+                      workers: int, dtype_bytes: int = 4,
+                      message_costs_us: Sequence[float] | None = None) -> Prediction:
+    """The model's iteration time for `strategy` on `workers` workers (module docstring).
+    message_costs_us: measured times of the strategy's messages (its buckets, backward order),
+    used instead of the comm model's prices; `gdlbench iteration` checks the model this way."""
     net = load_network(net)
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -514,6 +517,10 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel, strat
         algo = strategy.algo or comm.formula
         costs = [comm_time_us(algo, m, n, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
                  for m in sizes]
+    if message_costs_us is not None:
+        if len(message_costs_us) != len(costs):
+            raise UsageError(f"message_costs_us: {len(message_costs_us)} costs for {len(costs)} messages")
+        costs, after_push_pulls = [float(c) for c in message_costs_us], []
     spans = schedule(ready_b, costs)
     e_last = spans[-1][1] if spans else 0.0
     comm_end = max(t_b, e_last)  # from the start of backward
