@@ -14,6 +14,7 @@ from .errors import CheckFailed, UsageError
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env", "versions of every library, devices, CPU and MPI world"),
     "gemm": ("gemm", "GEMM: OpenBLAS on the CPU, cuBLAS on the GPU"),
+    "iteration": ("iteration", "an SGD iteration: every phase alone, composed per strategy, against the model"),
     "nets": ("nets", "the networks: layers, parameters, size, forward FLOPs"),
     "predict": ("predict", "predicted iteration time, throughput and scaling per strategy"),
 }

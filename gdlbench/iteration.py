@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from . import env
 from ._native import MPI, _core
 from .errors import UsageError
 from .measurement import Measurement
-from .model import CommModel, Phases, make_buckets, predict_iteration
+from .model import CommModel, Phases, Prediction, make_buckets, predict_iteration
 from .network import Network, load_network
 from .strategies import Strategy, get_strategies
 
@@ -79,9 +80,34 @@ class StrategyRun:
     plan: MessagePlan
     message_times: list[Measurement]
     composed: Measurement
-    trace: dict
-    predicted_us: float
-    prediction: dict
+    trace: dict  # the last composed iteration on rank 0 (us from its start), for the timeline
+    prediction: Prediction
+
+    @property
+    def predicted_us(self) -> float:
+        return self.prediction.t_iter_us
+
+    def measured_timeline(self, layer_names: list[str]) -> SimpleNamespace:
+        """The traced iteration as spans, in the shape plots.plot_timeline draws."""
+        t = self.trace
+        spans = [{"lane": "io", "name": "wait for the batch", "start_us": 0.0, "end_us": t["io_wait_end_us"]},
+                 {"lane": "h2d", "name": "copy the batch", "start_us": t["io_wait_end_us"], "end_us": t["h2d_end_us"]},
+                 {"lane": "forward", "name": "forward", "start_us": t["h2d_end_us"], "end_us": t["forward_end_us"]}]
+        prev = t["forward_end_us"]
+        for i in reversed(range(len(layer_names))):
+            end = t["layer_backward_end_us"][i]
+            spans.append({"lane": "backward", "name": layer_names[i], "start_us": prev, "end_us": end})
+            prev = end
+        comm = 0.0
+        for i, (s0, e0) in enumerate(zip(t["message_start_us"], t["message_end_us"], strict=True)):
+            names = self.plan.layers[i]
+            label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)} grads)"
+            spans.append({"lane": "comm", "name": label, "start_us": s0, "end_us": e0})
+            comm += e0 - s0
+        spans.append({"lane": "update", "name": "SGD update", "start_us": t["comm_end_us"], "end_us": t["update_end_us"]})
+        spans = [s for s in spans if s["end_us"] > s["start_us"]]
+        return SimpleNamespace(timeline=spans, t_iter_us=t["update_end_us"], comm_us=comm,
+                               comm_exposed_us=t["comm_end_us"] - t["backward_end_us"])
 
     @property
     def error_pct(self) -> float:
@@ -221,8 +247,7 @@ class Iteration:
             executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
             pred = predict_iteration(self.net, model_phases, dummy_comm, executed, self.comm.Get_size(),
                                      message_costs_us=[m.median for m in msg])
-            result.runs.append(StrategyRun(strategy, mplan, msg, composed, trace, pred.t_iter_us,
-                                           pred.to_dict(timeline=True)))
+            result.runs.append(StrategyRun(strategy, mplan, msg, composed, trace, pred))
         return result
 
 
