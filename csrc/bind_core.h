@@ -5,4 +5,5 @@
 namespace gdl::bind {
 void bind_gemm(pybind11::module_& m);
 void bind_layer(pybind11::module_& m);
+void bind_update(pybind11::module_& m);  // SGD update and host copies
 }  // namespace gdl::bind
