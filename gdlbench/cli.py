@@ -14,6 +14,9 @@ from .errors import CheckFailed, UsageError
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env", "versions of every library, devices, CPU and MPI world"),
     "gemm": ("gemm", "GEMM: OpenBLAS on the CPU, cuBLAS on the GPU"),
+    "update": ("update", "SGD with momentum over a flat parameter buffer, GB/s vs a copy"),
+    "copy": ("copy", "host<->device and device-to-device copy bandwidth (nvbandwidth's method)"),
+    "io": ("io", "t_io: read and decode a batch of JPEG files with T threads"),
 }
 
 
