@@ -81,4 +81,5 @@ PYBIND11_MODULE(_core, m) {
   gdl::bind::bind_gemm(m);
   gdl::bind::bind_layer(m);
   gdl::bind::bind_net(m);
+  gdl::bind::bind_update(m);
 }

@@ -11,4 +11,5 @@ MPI_Comm get_comm(pybind11::handle comm);
 void bind_gemm(pybind11::module_& m);
 void bind_layer(pybind11::module_& m);
 void bind_net(pybind11::module_& m);
+void bind_update(pybind11::module_& m);  // SGD update and host copies
 }  // namespace gdl::bind

@@ -17,6 +17,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "iteration": ("iteration", "an SGD iteration: every phase alone, composed per strategy, against the model"),
     "nets": ("nets", "the networks: layers, parameters, size, forward FLOPs"),
     "predict": ("predict", "predicted iteration time, throughput and scaling per strategy"),
+    "update": ("update", "SGD with momentum over a flat parameter buffer, GB/s vs a copy"),
+    "copy": ("copy", "host<->device and device-to-device copy bandwidth (nvbandwidth's method)"),
+    "io": ("io", "t_io: read and decode a batch of JPEG files with T threads"),
 }
 
 
