@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 
-from mpi4py import MPI  # noqa: F401  -- loads libmpi first, so _core binds to the same library
+import os
 
-from . import _core
+# OpenMP (element-wise kernels) and OpenBLAS (GEMM) keep separate thread pools on the same cores.
+# Spinning idle threads of one pool steal whole scheduler slices from the other (layers then take
+# multiples of ~4-8 ms), so idle threads sleep at once. Read when the libraries load, hence here.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
+from mpi4py import MPI  # noqa: E402  -- loads libmpi first, so _core binds to the same library
+
+from . import _core  # noqa: E402
 from .errors import UsageError
 
 CUDA_IMPORT_ERROR: str | None = None
