@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-
 import os
 
 # OpenMP (element-wise kernels) and OpenBLAS (GEMM) keep separate thread pools on the same cores.
