@@ -1,6 +1,7 @@
 // gdlbench._core.Net: the CPU iteration executor (cpu/net.h) for Python. Every call releases the
 // GIL; the optional I/O callback takes it back on its own thread only.
 #include <pybind11/functional.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include "bind_core.h"
@@ -58,6 +59,15 @@ void bind_net(py::module_& m) {
            py::arg("specs"), py::arg("batch"))
       .def_property_readonly("param_count", &cpu::Net::param_count)
       .def("layer_param_offset", &cpu::Net::layer_param_offset, py::arg("layer"))
+      .def("forward_backward", [](cpu::Net& n) {
+        py::gil_scoped_release nogil;
+        n.forward();
+        n.backward();
+      }, "One untimed forward and backward pass (gradients land in grads()).")
+      .def("grads", [](const cpu::Net& n) { return py::array_t<float>(n.grads().size(), n.grads().data()); },
+           "A copy of the flat gradient buffer.")
+      .def("params", [](const cpu::Net& n) { return py::array_t<float>(n.params().size(), n.params().data()); },
+           "A copy of the flat parameter buffer.")
       .def("time_forward", [](cpu::Net& n, int warmup, int iters) {
         py::gil_scoped_release nogil;
         return n.time_forward(Plan{warmup, iters});
