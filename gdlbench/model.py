@@ -330,8 +330,8 @@ class Phases:
                   update_gbs: float = 1_000.0) -> Phases:
         """Plausible phases from rates (Paleo-like, for plots, tests and what-ifs; not a measurement):
         per layer forward = 2 MACs b / gflops, backward = bwd_ratio x forward; io reads b JPEGs of
-        image_bytes at io_mbs MB/s; h2d copies b fp32 inputs; update streams 4 x params x 4 bytes
-        (weights, gradients, momentum read; weights, momentum written) at update_gbs."""
+        image_bytes at io_mbs MB/s; h2d copies b fp32 inputs at h2d_gbs; update streams 5 x params x 4
+        bytes (weights, gradients, momentum read; weights, momentum written) at update_gbs."""
         net = load_network(net)
         fwd = {layer.name: 2 * layer.fwd_macs * batch / (gflops * 1e9) * 1e6 for layer in net.layers}
         bwd = {k: v * bwd_ratio for k, v in fwd.items()}
