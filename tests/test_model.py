@@ -332,3 +332,37 @@ def test_synthetic_phases_are_plausible():
     assert ph.forward_us == pytest.approx(2 * 4.0892e9 * 64 / 1e13 * 1e6, rel=1e-3)
     assert ph.backward_us == pytest.approx(2 * ph.forward_us)
     assert math.isclose(sum(ph.layer_backward_us.values()), ph.backward_us)
+
+
+def test_measured_message_times_replace_the_comm_model():
+    from gdlbench.model import plan_messages
+
+    s = strat(overlap="wfbp", bucket_bytes=96)
+    plan = plan_messages(NET3, s)
+    assert plan == [{"layers": ["fc3", "fc2"], "indices": [2, 1], "bytes": 96},
+                    {"layers": ["fc1"], "indices": [0], "bytes": 64}]
+    p = predict_iteration(NET3, PH3, None, s, 2, message_costs_us=[10, 5])
+    assert [(m.start_us, m.end_us) for m in p.messages] == [(50, 60), (60, 65)]
+    assert p.t_iter_us == pytest.approx(2 + 30 + 65 + 3)
+    with pytest.raises(UsageError, match="2 messages"):
+        predict_iteration(NET3, PH3, None, s, 2, message_costs_us=[1, 2, 3])
+    with pytest.raises(UsageError, match="comm model is needed"):
+        predict_iteration(NET3, PH3, None, s, 2)
+    tf = strat(collective="ps", overlap="wfbp", ps_pull="after_push")
+    q = predict_iteration(NET3, PH3, None, tf, 2, message_costs_us=[1, 1, 1], pull_costs_us=[2, 2, 2])
+    assert q.t_iter_us == pytest.approx(2 + 30 + 61 + 3 + 6)
+
+
+def test_plot_functions_take_measured_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    from gdlbench import plots
+
+    spans = [{"lane": "forward", "name": "f", "start_us": 0, "end_us": 10},
+             {"lane": "backward", "name": "b", "start_us": 10, "end_us": 30},
+             {"lane": "comm", "name": "grad", "start_us": 12, "end_us": 35}]
+    assert plots.plot_spans(spans, tmp_path / "m.png", t_iter_us=36).stat().st_size > 1000
+    p = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp"), 2)
+    bars = [p, ("measured", {"forward": 31, "backward": 59, "comm": 40, "update": 3})]
+    assert plots.plot_breakdown(bars, tmp_path / "b.png").stat().st_size > 1000
+    with pytest.raises(UsageError, match="metric"):
+        plots.plot_scaling([{"strategy": "x", "workers": 1, "speedup": 1}], tmp_path / "s.png", metric="bogus")
