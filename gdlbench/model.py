@@ -278,6 +278,8 @@ class Phases:
             raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
             _time(getattr(self, name), f"phases: {name}")
+        if self.forward_us + self.backward_us <= 0:
+            raise UsageError("phases: forward and backward are both 0")
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "phases") -> Phases:

@@ -320,6 +320,19 @@ def test_cli_predict_bad_input_exit_2(tmp_path, phases_file, capsys, extra, mess
     assert not out.exists()
 
 
+def test_cli_predict_algo_names_a_library_fit(tmp_path, phases_file, capsys):
+    fit = tmp_path / "ar.json"
+    fit.write_text(json.dumps({"summary": {"fit": {"mpi": {"alpha_us": 5, "beta_us_per_byte": 1e-4},
+                                                   "ring": {"alpha_us": 9, "beta_us_per_byte": 1e-4}}}}))
+    out = tmp_path / "p.json"
+    assert main(["predict", "--phases", str(phases_file), "--from", str(fit), "--algo", "mpi",
+                 "--workers", "1,2", "--strategy", "wfbp", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["comm_model"]["alpha_us"] == 5 and doc["summary"]["comm_model"]["formula"] == "ring"
+    assert any("ring" in n for n in doc["notes"])
+    capsys.readouterr()
+
+
 def test_cli_predict_bad_input_subprocess(phases_file):
     p = run_cli("predict", "--phases", str(phases_file))
     assert p.returncode == 2 and "no communication model" in p.stderr and "Traceback" not in p.stderr
