@@ -379,3 +379,33 @@ def test_plot_functions_take_measured_data(tmp_path):
     assert plots.plot_breakdown(bars, tmp_path / "b.png").stat().st_size > 1000
     with pytest.raises(UsageError, match="metric"):
         plots.plot_scaling([{"strategy": "x", "workers": 1, "speedup": 1}], tmp_path / "s.png", metric="bogus")
+
+
+def test_fuzzed_phases_and_fits_fail_only_with_usage_errors():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True),
+                        st.text(max_size=4), st.sampled_from(list(("io", "forward", "backward", "comm", "ring"))))
+    json_values = st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+            ["phase", "layer", "time_us", "batch", "rows", "args", "summary", "fit", "alpha_us", "beta_us_per_byte",
+             "gamma_us_per_byte", "algo", "ring", "net", "env", "world_size"]), inner, max_size=4)), max_leaves=12)
+    row = st.fixed_dictionaries({"phase": st.one_of(st.sampled_from(["io", "forward", "backward"]), json_values),
+                                 "time_us": json_values}, optional={"layer": json_values, "batch": json_values})
+    doc = st.fixed_dictionaries({"rows": st.one_of(st.lists(row, max_size=4), json_values)},
+                                optional={"args": json_values, "summary": json_values, "env": json_values})
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.one_of(doc, json_values))
+    def check(d):
+        try:
+            Phases.from_dict(d)
+        except UsageError:
+            pass
+        try:
+            CommModel.from_dict(d)
+        except UsageError:
+            pass
+
+    check()
