@@ -278,6 +278,8 @@ class Phases:
             raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
             _time(getattr(self, name), f"phases: {name}")
+        if self.forward_us + self.backward_us <= 0:
+            raise UsageError("phases: forward and backward are both 0")
 
     @classmethod
     def from_dict(cls, doc: Any, source: str = "phases") -> Phases:
@@ -330,8 +332,8 @@ class Phases:
                   update_gbs: float = 1_000.0) -> Phases:
         """Plausible phases from rates (Paleo-like, for plots, tests and what-ifs; not a measurement):
         per layer forward = 2 MACs b / gflops, backward = bwd_ratio x forward; io reads b JPEGs of
-        image_bytes at io_mbs MB/s; h2d copies b fp32 inputs; update streams 4 x params x 4 bytes
-        (weights, gradients, momentum read; weights, momentum written) at update_gbs."""
+        image_bytes at io_mbs MB/s; h2d copies b fp32 inputs at h2d_gbs; update streams 5 x params x 4
+        bytes (weights, gradients, momentum read; weights, momentum written) at update_gbs."""
         net = load_network(net)
         fwd = {layer.name: 2 * layer.fwd_macs * batch / (gflops * 1e9) * 1e6 for layer in net.layers}
         bwd = {k: v * bwd_ratio for k, v in fwd.items()}
@@ -471,12 +473,24 @@ def schedule(ready_us: Sequence[float], cost_us: Sequence[float], start_us: floa
     return out
 
 
-def predict_iteration(net: Network | str, phases: Phases, comm: CommModel, strategy: Strategy,
-                      workers: int, dtype_bytes: int = 4,
-                      message_costs_us: Sequence[float] | None = None) -> Prediction:
+def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) -> list[dict]:
+    """The messages `strategy` sends, in the order it sends them (backward order): each
+    {"layers": [names], "indices": [layer indices], "bytes": int}; the executor sends exactly
+    these, and predict_iteration(message_costs_us=...) takes their measured times in this order."""
+    net = load_network(net)
+    grads = net.gradient_messages(dtype_bytes)
+    return [{"layers": [grads[j].layer for j in b], "indices": [grads[j].index for j in b],
+             "bytes": sum(grads[j].bytes for j in b)}
+            for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes)]
+
+
+def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None, strategy: Strategy,
+                      workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
+                      pull_costs_us: Sequence[float] | None = None) -> Prediction:
     """The model's iteration time for `strategy` on `workers` workers (module docstring).
-    message_costs_us: measured times of the strategy's messages (its buckets, backward order),
-    used instead of the comm model's prices; `gdlbench iteration` checks the model this way."""
+    message_costs_us replaces the comm model's time of each message of plan_messages() (measured
+    times, say; for ps_pull='after_push' the push only, and pull_costs_us the pulls); comm may
+    then be None, unless the pulls still need the model."""
     net = load_network(net)
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -494,18 +508,27 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel, strat
         clock += bwd[i]
         ready[i] = clock
 
-    grads = net.gradient_messages(dtype_bytes)
-    buckets = make_buckets([g.bytes for g in grads], strategy.bucket_bytes)
-    sizes = [sum(grads[j].bytes for j in b) for b in buckets]
-    names = [tuple(grads[j].layer for j in b) for b in buckets]
-    if strategy.overlap == "wfbp":
-        ready_b = [ready[grads[b[-1]].index] for b in buckets]
-    else:
-        ready_b = [t_b] * len(buckets)
+    plan = plan_messages(net, strategy, dtype_bytes)
+    sizes = [msg["bytes"] for msg in plan]
+    names = [tuple(msg["layers"]) for msg in plan]
+    # a message is ready with the last of its gradients (its lowest layer index)
+    ready_b = [ready[msg["indices"][-1]] if strategy.overlap == "wfbp" else t_b for msg in plan]
 
     servers = strategy.servers or n
     after_push_pulls: list[float] = []
-    if strategy.collective == "ps":
+    if message_costs_us is not None or pull_costs_us is not None:
+        for what, given in (("message_costs_us", message_costs_us), ("pull_costs_us", pull_costs_us)):
+            if given is not None and len(given) != len(sizes):
+                raise UsageError(f"{what}: {len(given)} times for {len(sizes)} messages of {strategy.name}")
+    if comm is None and (message_costs_us is None or (
+            strategy.collective == "ps" and strategy.ps_pull == "after_push" and pull_costs_us is None)):
+        raise UsageError("predict_iteration: a comm model is needed without measured message times")
+    if message_costs_us is not None:
+        costs = [float(c) for c in message_costs_us]
+        if strategy.collective == "ps" and strategy.ps_pull == "after_push":
+            after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
+                                [ps_pull_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte) for m in sizes])
+    elif strategy.collective == "ps":
         if strategy.ps_pull == "after_push":
             costs = [ps_push_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
                      for m in sizes]
@@ -517,10 +540,6 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel, strat
         algo = strategy.algo or comm.formula
         costs = [comm_time_us(algo, m, n, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
                  for m in sizes]
-    if message_costs_us is not None:
-        if len(message_costs_us) != len(costs):
-            raise UsageError(f"message_costs_us: {len(message_costs_us)} costs for {len(costs)} messages")
-        costs, after_push_pulls = [float(c) for c in message_costs_us], []
     spans = schedule(ready_b, costs)
     e_last = spans[-1][1] if spans else 0.0
     comm_end = max(t_b, e_last)  # from the start of backward

@@ -330,7 +330,7 @@ def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Laye
         if lname == DATA or lname in index:
             raise UsageError(f"{where}: duplicate name" if lname in index else f"{where}: {DATA!r} is reserved")
         ltype = raw.get("type")
-        if ltype not in _ATTRS:
+        if not isinstance(ltype, str) or ltype not in _ATTRS:
             raise UsageError(f"{where}: unknown type {ltype!r} (known: {', '.join(LAYER_TYPES)})")
         inputs = raw.get("inputs", [layers[-1].name] if layers else [DATA])
         if isinstance(inputs, str):
@@ -339,6 +339,8 @@ def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Laye
             raise UsageError(f"{where}: 'inputs' must be a list of layer names")
         idx: list[int] = []
         for src in inputs:
+            if not isinstance(src, str):
+                raise UsageError(f"{where}: 'inputs' must be a list of layer names, got {src!r} in it")
             if src == DATA:
                 idx.append(-1)
             elif src in index:

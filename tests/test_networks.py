@@ -198,6 +198,7 @@ def _bad(**change) -> dict:
     (_bad(layer=(7, {"name": "d", "type": "dropout", "ratio": 1.5})), "ratio"),
     (_bad(layer=(5, {"name": "p", "type": "maxpool", "kernel": 2, "pad": 2})), "pad"),
     (_bad(layer=(4, {"name": "cat", "type": "concat", "inputs": ["r1"]})), "at least two inputs"),
+    (_bad(layer=(4, {"name": "cat", "type": "concat", "inputs": ["r1", ["c2"]]})), "list of layer names"),
     (_bad(input=[3, 8]), "'input' must be"),
     (_bad(layers=[]), "'layers'"),
     (_bad(name=""), "'name'"),
@@ -234,3 +235,59 @@ def test_cli_bad_net_is_one_line_exit_2(tmp_path):
 def test_cli_layers_needs_net(capsys):
     assert main(["nets", "--layers"]) == 2
     assert "--layers needs --net" in capsys.readouterr().err
+
+
+def test_fuzzed_specs_fail_only_with_usage_errors():
+    """Whatever a user writes, loading either works or is a UsageError (never a traceback)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gdlbench.network import LAYER_TYPES
+
+    values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=True),
+                       st.text(max_size=3), st.lists(st.integers(-2, 9), max_size=3), st.dictionaries(
+                           st.text(max_size=2), st.integers(), max_size=2))
+    keys = st.sampled_from(["out_channels", "kernel", "stride", "pad", "dilation", "groups", "bias",
+                            "out_features", "ceil_mode", "size", "alpha", "ratio", "loss_weight", "bogus"])
+    layer = st.fixed_dictionaries(
+        {"name": st.text(min_size=1, max_size=3), "type": st.one_of(st.sampled_from(LAYER_TYPES), values)},
+        optional={"inputs": st.one_of(st.lists(st.sampled_from(["data", "a", "b", "c"]), max_size=3), values)},
+    ).flatmap(lambda d: st.dictionaries(keys, values, max_size=4).map(lambda extra: {**extra, **d}))
+    spec = st.fixed_dictionaries({"name": st.one_of(st.just("fuzz"), values),
+                                  "input": st.one_of(st.just([3, 16, 16]), values),
+                                  "layers": st.one_of(st.lists(layer, max_size=5), values)})
+
+    @settings(max_examples=300, deadline=None)
+    @given(spec)
+    def check(s):
+        try:
+            net = load_network(s)
+        except UsageError:
+            return
+        json.dumps(net.layer_specs())
+
+    check()
+
+
+def test_fuzzed_attribute_values_fail_only_with_usage_errors():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    values = st.one_of(st.none(), st.booleans(), st.integers(-3, 40), st.floats(allow_nan=True, allow_infinity=True),
+                       st.text(max_size=3), st.lists(st.integers(-2, 12), max_size=3), st.just([3, 3]))
+    keys = st.sampled_from(["out_channels", "kernel", "stride", "pad", "dilation", "groups", "bias", "out_features",
+                            "ceil_mode", "size", "alpha", "ratio", "inputs", "type", "name"])
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.integers(0, len(TINY["layers"]) - 1), keys, values)
+    def check(i, key, value):
+        spec = json.loads(json.dumps(TINY))
+        spec["layers"][i][key] = value
+        try:
+            net = load_network(spec)
+        except UsageError:
+            return
+        json.dumps(net.layer_specs())
+        assert all(min(lay.out_shape) >= 1 for lay in net.layers)
+
+    check()

@@ -68,9 +68,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
 
 
+def normalise_algo_or_none(algo: str) -> str | None:
+    try:
+        return normalise_algo(algo)
+    except UsageError:
+        return None
+
+
 def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None = None) -> CommModel:
-    algo = normalise_algo(args.algo) if args.algo else None
-    if algo == "ps":
+    # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
+    algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
+    if algo and normalise_algo_or_none(algo) == "ps":
         raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
     direct = [x for x in (args.alpha, args.beta, args.bandwidth, args.gamma) if x is not None]
     if args.from_file and direct:
