@@ -26,7 +26,8 @@ from . import env
 from ._native import MPI, _core
 from .errors import UsageError
 from .measurement import Measurement
-from .model import CommModel, Phases, Prediction, make_buckets, predict_iteration
+from .model import Phases, Prediction, predict_iteration
+from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
 from .strategies import Strategy, get_strategies
 
@@ -55,18 +56,15 @@ class MessagePlan:
 
 
 def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], int]) -> MessagePlan:
-    """The strategy's messages, from the model's own bucketing (model.make_buckets), so the
-    executor sends exactly what the model prices."""
-    grads = net.gradient_messages()  # backward order: last layer first
-    buckets = make_buckets([g.bytes for g in grads], strategy.bucket_bytes)
+    """The strategy's messages (model.plan_messages: the model prices exactly what is sent) as
+    ranges of the executor's flat gradient buffer."""
     messages, names = [], []
-    for bucket in buckets:
-        layers = [grads[j].index for j in bucket]
-        low, high = min(layers), max(layers)
+    for msg in model_plan_messages(net, strategy):
+        low, high = min(msg["indices"]), max(msg["indices"])
         start = offset_of(low)
         end = offset_of(high) + net.layers[high].params
         messages.append((start, end - start, low))  # ready once its lowest layer's backward is done
-        names.append([grads[j].layer for j in bucket])
+        names.append(msg["layers"])
     return MessagePlan(messages, names)
 
 
@@ -234,7 +232,6 @@ class Iteration:
         phases["update"] = Measurement(net.time_update(**plan), "steady-clock", "SGD with momentum over all parameters")
         result = IterationResult(self.net.name, self.batch, self.device, self.comm.Get_size(), self.threads, layers, phases)
         model_phases = result.phases_model()
-        dummy_comm = CommModel("ring", 0.0, 0.0)  # message costs come from the measurements below
         for strategy in self.strategies:
             mplan = plan_messages(self.net, strategy, net.layer_param_offset)
             algo = executed_algo(strategy)
@@ -245,7 +242,7 @@ class Iteration:
                                                 io_fn, strategy.io_prefetch, **plan)
             composed = Measurement(samples, "steady-clock", "one composed iteration, max over ranks")
             executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
-            pred = predict_iteration(self.net, model_phases, dummy_comm, executed, self.comm.Get_size(),
+            pred = predict_iteration(self.net, model_phases, None, executed, self.comm.Get_size(),
                                      message_costs_us=[m.median for m in msg])
             result.runs.append(StrategyRun(strategy, mplan, msg, composed, trace, pred))
         return result
