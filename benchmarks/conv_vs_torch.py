@@ -108,11 +108,10 @@ def main() -> int:
             bench = _core.LayerBench(sh.spec(name), sh.n)
             for pass_ in passes:
                 top = torch_op(sh, pass_)
-                runs = [("gdlbench", lambda p=pass_: bench.time(p, args.warmup, args.iters)),
-                        ("torch", lambda: time_torch(top, args.warmup, args.iters))]
+                runs = [("gdlbench", lambda b=bench, p=pass_: b.time(p, args.warmup, args.iters)),
+                        ("torch", lambda t=top: time_torch(t, args.warmup, args.iters))]
                 for who, fn in (runs if rnd % 2 == 0 else runs[::-1]):
                     samples.setdefault((name, pass_, who), []).extend(fn())
-            del bench
         print(f"round {rnd + 1}/{args.rounds} done (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
 
     med = {key: float(np.median(v)) for key, v in samples.items()}

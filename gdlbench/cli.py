@@ -14,6 +14,7 @@ from .errors import CheckFailed, UsageError
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env", "versions of every library, devices, CPU and MPI world"),
     "gemm": ("gemm", "GEMM: OpenBLAS on the CPU, cuBLAS on the GPU"),
+    "conv": ("conv", "convolution fwd/bwd-data/bwd-filter: im2col + OpenBLAS on the CPU, cuDNN on the GPU"),
 }
 
 
