@@ -95,7 +95,8 @@ class LayerBench {
   py::tuple run(const std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>>& xs,
                 py::array_t<float, py::array::c_style | py::array::forcecast> dy,
                 const std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>>& params,
-                std::vector<int32_t> labels) {
+                std::vector<int32_t> labels,
+                const std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>>& dx_init) {
     const auto& s = layer_->spec();
     GDL_REQUIRE(xs.size() == x_.size(), "run: expected ", x_.size(), " inputs, got ", xs.size());
     for (std::size_t i = 0; i < xs.size(); ++i) {
@@ -116,11 +117,17 @@ class LayerBench {
       labels_ = labels;
       layer_->set_labels(labels_.data());
     }
+    GDL_REQUIRE(dx_init.empty() || dx_init.size() == dx_.size(), "run: expected ", dx_.size(), " dx_init arrays");
+    for (std::size_t i = 0; i < dx_init.size(); ++i)
+      GDL_REQUIRE(static_cast<std::size_t>(dx_init[i].size()) == dx_[i].size(), "run: dx_init ", i, " has the wrong size");
     auto xp = inputs();
     auto dxp = input_grads();
     {
       py::gil_scoped_release nogil;
-      for (auto& g : dx_) std::fill(g.begin(), g.end(), 0.f);
+      for (std::size_t i = 0; i < dx_.size(); ++i) {  // backward_data accumulates onto this
+        if (dx_init.empty()) std::fill(dx_[i].begin(), dx_[i].end(), 0.f);
+        else std::copy_n(dx_init[i].data(), dx_[i].size(), dx_[i].begin());
+      }
       layer_->forward(xp, y_.data());
       layer_->backward_params(xp, y_.data(), dy_.data());
       layer_->backward_data(xp, y_.data(), dy_.data(), dxp);
@@ -164,7 +171,9 @@ void bind_layer(py::module_& m) {
            "Host steady-clock samples (us) of one pass: fwd, bwd-data, bwd-filter or bwd (both).")
       .def("run", &LayerBench::run, py::arg("inputs"), py::arg("dy"), py::arg("params"),
            py::arg("labels") = std::vector<int32_t>{},
-           "Forward + backward on these arrays: (y, [dx per input], [dw per parameter]), flat float32.")
+           py::arg("dx_init") = std::vector<py::array_t<float, py::array::c_style | py::array::forcecast>>{},
+           "Forward + backward on these arrays: (y, [dx per input], [dw per parameter]), flat float32. "
+           "dx starts at zero, or at dx_init (backward_data accumulates).")
       .def_property_readonly("param_count", &LayerBench::param_count);
 }
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "update": ("update", "SGD with momentum over a flat parameter buffer, GB/s vs a copy"),
     "copy": ("copy", "host<->device and device-to-device copy bandwidth (nvbandwidth's method)"),
     "io": ("io", "t_io: read and decode a batch of JPEG files with T threads"),
+    "conv": ("conv", "convolution fwd/bwd-data/bwd-filter: im2col + OpenBLAS on the CPU, cuDNN on the GPU"),
 }
 
 
