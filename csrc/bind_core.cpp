@@ -73,4 +73,5 @@ PYBIND11_MODULE(_core, m) {
       "Fill a float32/float64 array with gdlbench's deterministic test data (exact in every dtype).");
 
   gdl::bind::bind_gemm(m);
+  gdl::bind::bind_comm(m);
 }

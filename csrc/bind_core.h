@@ -4,4 +4,5 @@
 
 namespace gdl::bind {
 void bind_gemm(pybind11::module_& m);
+void bind_comm(pybind11::module_& m);  // csrc/bind_core_comm.cpp: MPI collectives
 }  // namespace gdl::bind
