@@ -14,6 +14,10 @@ from .errors import CheckFailed, UsageError
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env", "versions of every library, devices, CPU and MPI world"),
     "gemm": ("gemm", "GEMM: OpenBLAS on the CPU, cuBLAS on the GPU"),
+    "allreduce": ("allreduce", "all-reduce: MPI library, gdlbench's ring/rd/tree/ps, NCCL (nccl-tests flags)"),
+    "reduce_scatter": ("reduce_scatter", "reduce-scatter, MPI or NCCL (size = total buffer)"),
+    "allgather": ("allgather", "all-gather, MPI or NCCL (size = total buffer)"),
+    "broadcast": ("broadcast", "broadcast, MPI or NCCL"),
 }
 
 
