@@ -278,16 +278,19 @@ def _fit(results, plan, comm):
 def _print(collective, args, plan, results, fits, report, nranks):
     title = (f"gdlbench {collective} ({plan['backend']}, {nranks} rank{'s' if nranks > 1 else ''}; "
              f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
-    caption = "; ".join([f"backend {plan['backend']} ({plan['backend_why']})", "clock steady-clock",
-                         f"time: median (and p95) over iterations of the max over ranks ({report.timing['region']})",
-                         f"busbw = algbw x {report.timing['busbw_factor']}, GB/s = 1e9 B/s",
-                         C.CHECK_NOTE if args.check else "#wrong N/A: -c 0", *report.notes])
+    caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
+               f"busbw = algbw x {report.timing['busbw_factor']}; GB/s = 1e9 B/s")
     many = len(plan["algos"]) > 1
     print_table(title, _columns(collective, plan["modes"], many), _table_rows(results), caption=caption)
     bad = sum(1 for r in results if r.wrong)
-    print(f"# Out of bounds values : {bad} {'OK' if not bad else 'FAILED'}")
-    print(f"# Avg bus bandwidth    : {report.summary['avg_busbw_gbs']:.4f} GB/s (mean over every row, "
-          "latency-bound sizes included; read the table)")
+    lines = [f"backend {plan['backend']} ({plan['backend_why']})",
+             f"timed region: {report.timing['region']}",
+             C.CHECK_NOTE if args.check else "#wrong N/A: no check (-c 0)", *report.notes,
+             f"Out of bounds values : {bad} {'OK' if not bad else 'FAILED'}",
+             f"Avg bus bandwidth    : {report.summary['avg_busbw_gbs']:.4f} GB/s (mean over every row, "
+             "latency-bound sizes included; read the table)"]
+    for line in lines:
+        print(f"# {line}")
     if fits:
         _print_fits(fits)
 
