@@ -299,7 +299,7 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
     rows = []
     for f in fits:
         d = f.to_dict()
-        rows.append({"name": f"{f.algo}{'(P=%d)' % f.servers if f.algo == 'ps' else ''}",
+        rows.append({"name": f.algo + (f"(P={f.servers})" if f.algo == "ps" else ""),
                      "type": f"{f.group.get('dtype')} {f.group.get('op') or ''} "
                              f"{'in' if f.group.get('inplace') else 'out'}",
                      "alpha": f.alpha_us, "beta": f.beta_us_per_byte * 1e3, "link": f.link_gbs,
