@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import MPIEXEC, mpi_env, run_cli, run_mpi
+from conftest import MPIEXEC, mpi_env, requires_gpu, run_cli, run_mpi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -296,3 +296,17 @@ def test_sweep_sizes_fuzz(lo, hi, f):
 
 def test_mpiexec_is_the_venvs():
     assert MPIEXEC.exists()
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("command", ["allreduce", "reduce_scatter", "allgather", "broadcast"])
+def test_nccl_one_rank_exact(tmp_path, command):
+    out = tmp_path / "n.json"
+    ops = ["-o", "all"] if command in ("allreduce", "reduce_scatter") else []
+    p = run_cli(command, "--backend", "nccl", "-b", "8", "-e", "64M", "-f", "8", "-d", "all", *ops, "-c", "1",
+                "-n", "5", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = _json_rows(out)
+    _all_correct(rows, 5)
+    assert {r["backend"] for r in rows} == {"nccl"}

@@ -112,7 +112,7 @@ inline T apply(T a, T b) {
 
 template <class T, Op O>
 inline void reduce_loop(T* __restrict inout, const T* __restrict in, std::size_t n) {
-#pragma omp simd
+#pragma GCC ivdep
   for (std::size_t i = 0; i < n; ++i) inout[i] = apply<T, O>(inout[i], in[i]);
 }
 
