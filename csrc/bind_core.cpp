@@ -82,4 +82,5 @@ PYBIND11_MODULE(_core, m) {
   gdl::bind::bind_layer(m);
   gdl::bind::bind_net(m);
   gdl::bind::bind_update(m);
+  gdl::bind::bind_comm(m);
 }

@@ -12,4 +12,5 @@ void bind_gemm(pybind11::module_& m);
 void bind_layer(pybind11::module_& m);
 void bind_net(pybind11::module_& m);
 void bind_update(pybind11::module_& m);  // SGD update and host copies
+void bind_comm(pybind11::module_& m);  // csrc/bind_core_comm.cpp: MPI collectives
 }  // namespace gdl::bind

@@ -6,6 +6,7 @@
 
 #include "bind_core.h"
 #include "bind_core_layer.h"
+#include "comm/allreduce.h"
 #include "cpu/net.h"
 
 namespace py = pybind11;
@@ -19,14 +20,23 @@ std::vector<cpu::Message> to_messages(const std::vector<std::tuple<int64_t, int6
   return out;
 }
 
-// The all-reduce a message plan is sent with: sum over ranks, in place.
-cpu::AllreduceFn allreduce_for(const std::string& algo, MPI_Comm comm) {
-  GDL_REQUIRE(algo == "library", "unknown all-reduce algorithm '", algo, "'");
-  return [comm](float* data, int64_t count) {
-    const int rc = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm);
-    if (rc != MPI_SUCCESS) GDL_FAIL("MPI_Allreduce failed with code ", rc);
+// The all-reduce a message plan is sent with: sum over ranks, in place, on `comm` (the caller
+// gives the communication thread a communicator of its own: the algorithms use fixed tags).
+cpu::AllreduceFn allreduce_for(const std::string& algo, int servers, MPI_Comm comm) {
+  const comm::Algo a = comm::parse_algo(algo);
+  comm::AllreduceOptions opt;
+  opt.servers = servers;
+  return [a, opt, comm](float* data, int64_t count) {
+    comm::allreduce(a, data, static_cast<std::size_t>(count), comm::DType::f32, comm::Op::sum, comm, opt);
   };
 }
+
+// A duplicate of a communicator for the lifetime of one call (MPI_Comm_dup is collective).
+struct DupComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  explicit DupComm(MPI_Comm c) { MPI_Comm_dup(c, &comm); }
+  ~DupComm() { MPI_Comm_free(&comm); }
+};
 
 cpu::SgdConfig sgd_config(float lr, float momentum, float wd) { return cpu::SgdConfig{lr, momentum, wd}; }
 
@@ -85,20 +95,21 @@ void bind_net(py::module_& m) {
         py::gil_scoped_release nogil;
         return n.time_h2d(Plan{warmup, iters});
       }, py::arg("warmup"), py::arg("iters"))
-      .def("time_messages", [](cpu::Net& n, const MsgList& msgs, const std::string& algo, py::object comm,
-                               int warmup, int iters) {
+      .def("time_messages", [](cpu::Net& n, const MsgList& msgs, const std::string& algo, int servers,
+                               py::object comm, int warmup, int iters) {
         const MPI_Comm c = get_comm(comm);
-        const auto fn = allreduce_for(algo, c);
+        const auto fn = allreduce_for(algo, servers, c);
         const auto plan = to_messages(msgs);
         py::gil_scoped_release nogil;
         return n.time_messages(Plan{warmup, iters}, plan, fn, c);
-      }, py::arg("messages"), py::arg("algo"), py::arg("comm"), py::arg("warmup"), py::arg("iters"),
-         "Per message (offset, count, ready_after): samples (us) of sending it alone, max over ranks.")
+      }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("warmup"),
+         py::arg("iters"), "Per message (offset, count, ready_after): samples (us) of sending it alone, max over ranks.")
       .def("time_iteration", [](cpu::Net& n, const MsgList& msgs, bool overlap, const std::string& algo,
-                                py::object comm, std::optional<py::function> io, bool prefetch, int warmup,
-                                int iters, float lr, float momentum, float wd) {
+                                int servers, py::object comm, std::optional<py::function> io, bool prefetch,
+                                int warmup, int iters, float lr, float momentum, float wd) {
         const MPI_Comm c = get_comm(comm);
-        const auto fn = allreduce_for(algo, c);
+        const DupComm comm_thread_comm(c);
+        const auto fn = allreduce_for(algo, servers, comm_thread_comm.comm);
         const auto plan = to_messages(msgs);
         std::function<void()> io_fn;
         if (io) io_fn = [f = *io] {
@@ -113,7 +124,7 @@ void bind_net(py::module_& m) {
                                      sgd_config(lr, momentum, wd), c, &trace);
         }
         return py::make_tuple(samples, trace_dict(trace));
-      }, py::arg("messages"), py::arg("overlap"), py::arg("algo"), py::arg("comm"), py::arg("io"),
+      }, py::arg("messages"), py::arg("overlap"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("io"),
          py::arg("prefetch"), py::arg("warmup"), py::arg("iters"), py::arg("lr") = 0.01f,
          py::arg("momentum") = 0.9f, py::arg("weight_decay") = 1e-4f,
          "The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank).");

@@ -21,6 +21,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "copy": ("copy", "host<->device and device-to-device copy bandwidth (nvbandwidth's method)"),
     "io": ("io", "t_io: read and decode a batch of JPEG files with T threads"),
     "conv": ("conv", "convolution fwd/bwd-data/bwd-filter: im2col + OpenBLAS on the CPU, cuDNN on the GPU"),
+    "allreduce": ("allreduce", "all-reduce: MPI library, gdlbench's ring/rd/tree/ps, NCCL (nccl-tests flags)"),
+    "reduce_scatter": ("reduce_scatter", "reduce-scatter, MPI or NCCL (size = total buffer)"),
+    "allgather": ("allgather", "all-gather, MPI or NCCL (size = total buffer)"),
+    "broadcast": ("broadcast", "broadcast, MPI or NCCL"),
 }
 
 

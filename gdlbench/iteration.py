@@ -68,8 +68,11 @@ def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], i
     return MessagePlan(messages, names)
 
 
-def executed_algo(strategy: Strategy) -> str:
-    return "ps" if strategy.collective == "ps" else (strategy.algo or "library")
+def executed_algo(strategy: Strategy, workers: int) -> tuple[str, int]:
+    """(gdlbench.collectives algorithm, parameter servers P) the executor sends messages with."""
+    if strategy.collective == "ps":
+        return "ps", min(strategy.servers or workers, workers)
+    return strategy.algo or "library", 1
 
 
 @dataclass
@@ -234,11 +237,11 @@ class Iteration:
         model_phases = result.phases_model()
         for strategy in self.strategies:
             mplan = plan_messages(self.net, strategy, net.layer_param_offset)
-            algo = executed_algo(strategy)
+            algo, servers = executed_algo(strategy, self.comm.Get_size())
             self.progress(f"{strategy.name}: {len(mplan.messages)} messages alone, then the composed iteration")
             msg = [Measurement(s, "steady-clock", "one message alone, max over ranks")
-                   for s in net.time_messages(mplan.messages, algo, self.comm, **plan)]
-            samples, trace = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, self.comm,
+                   for s in net.time_messages(mplan.messages, algo, servers, self.comm, **plan)]
+            samples, trace = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
                                                 io_fn, strategy.io_prefetch, **plan)
             composed = Measurement(samples, "steady-clock", "one composed iteration, max over ranks")
             executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here

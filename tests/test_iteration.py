@@ -72,10 +72,11 @@ net = load_network({MLP!r})
 ref = _core.Net(net.layer_specs(), 4)
 ref.forward_backward()
 expected = 2 * ref.grads()
-for name in ("serial", "wfbp", "wfbp-fusion"):
+for name, algo, servers in (("serial", "library", 1), ("wfbp", "ring", 1), ("wfbp-fusion", "rd", 1),
+                            ("mxnet", "ps", 2), ("tensorflow", "ps", 1)):
     exe = _core.Net(net.layer_specs(), 4)
     plan = plan_messages(net, get_strategies(name)[0], exe.layer_param_offset)
-    exe.time_iteration(plan.messages, name != "serial", "library", MPI.COMM_WORLD, None, False, 0, 1)
+    exe.time_iteration(plan.messages, name != "serial", algo, servers, MPI.COMM_WORLD, None, False, 0, 1)
     got = exe.grads()
     assert np.allclose(got, expected, rtol=1e-6, atol=1e-7), (name, np.abs(got - expected).max())
 print("OK")

@@ -3,6 +3,7 @@
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include "common/errors.h"
 
@@ -15,20 +16,20 @@ inline void check_cublas(cublasStatus_t s, const char* what, const char* file, i
   if (s != CUBLAS_STATUS_SUCCESS) GDL_FAIL(what, ": ", cublasGetStatusName(s), ": ", cublasGetStatusString(s), " (", file, ":", line, ")");
 }
 
+inline void check_nccl(ncclResult_t r, const char* what, const char* file, int line) {
+  if (r != ncclSuccess) GDL_FAIL(what, ": ", ncclGetErrorString(r), " (", file, ":", line, ")");
+}
+
 }  // namespace gdl::cuda
 
 #define CUDA_CHECK(call) ::gdl::cuda::check_cuda((call), #call, __FILE__, __LINE__)
 #define CUBLAS_CHECK(call) ::gdl::cuda::check_cublas((call), #call, __FILE__, __LINE__)
 
 #include <cudnn.h>
-#include <nccl.h>
 
 namespace gdl::cuda {
 inline void check_cudnn_status(cudnnStatus_t s, const char* what, const char* file, int line) {
   if (s != CUDNN_STATUS_SUCCESS) GDL_FAIL(what, ": ", cudnnGetErrorString(s), " (", file, ":", line, ")");
-}
-inline void check_nccl(ncclResult_t r, const char* what, const char* file, int line) {
-  if (r != ncclSuccess) GDL_FAIL(what, ": ", ncclGetErrorString(r), " (", file, ":", line, ")");
 }
 }  // namespace gdl::cuda
 

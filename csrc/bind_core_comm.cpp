@@ -1,0 +1,110 @@
+// Bindings for the MPI collectives (csrc/comm). The communicator comes from mpi4py.
+#include <malloc.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <mpi.h>
+
+#include "bind_core.h"
+#include "comm/allreduce.h"
+
+namespace py = pybind11;
+
+namespace gdl::bind {
+namespace {
+
+comm::DType array_dtype(const py::array& a, const std::string& name) {
+  if (!name.empty()) {
+    const comm::DType t = comm::parse_dtype(name);
+    GDL_REQUIRE(static_cast<std::size_t>(a.itemsize()) == comm::dtype_size(t), "allreduce: dtype ", name,
+                " needs ", comm::dtype_size(t), "-byte elements, the array has ", a.itemsize());
+    return t;
+  }
+  if (a.dtype().is(py::dtype::of<float>())) return comm::DType::f32;
+  if (a.dtype().is(py::dtype::of<double>())) return comm::DType::f64;
+  if (a.dtype().is(py::dtype::of<int32_t>())) return comm::DType::i32;
+  if (a.dtype().kind() == 'f' && a.itemsize() == 2) return comm::DType::f16;
+  GDL_REQUIRE(false, "allreduce: unsupported array dtype ", std::string(py::str(a.dtype())),
+              " (float32, float64, int32, float16; bfloat16 as uint16 with dtype='bfloat16')");
+  return comm::DType::f32;
+}
+
+}  // namespace
+
+void bind_comm(py::module_& m) {
+  m.def(
+      "comm_bench",
+      [](py::object comm, const std::string& collective, const std::string& algo, std::size_t count,
+         const std::string& dtype, const std::string& op, bool inplace, int root, int servers, int warmup, int iters,
+         int check_iters, double timeout_s) {
+        comm::BenchSpec s;
+        s.coll = comm::parse_collective(collective);
+        s.algo = comm::parse_algo(algo);
+        s.count = count;
+        s.dtype = comm::parse_dtype(dtype);
+        s.op = comm::parse_op(op);
+        s.inplace = inplace;
+        s.root = root;
+        s.opt.servers = servers;
+        s.warmup = warmup;
+        s.iters = iters;
+        s.check_iters = check_iters;
+        s.timeout_s = timeout_s;
+        MPI_Comm c = get_comm(comm);
+        comm::BenchResult r;
+        {
+          py::gil_scoped_release nogil;
+          r = comm::bench(s, c);
+        }
+        return py::make_tuple(r.samples_us, r.wrong);
+      },
+      py::arg("comm"), py::arg("collective"), py::arg("algo"), py::arg("count"), py::arg("dtype"), py::arg("op"),
+      py::arg("inplace"), py::arg("root") = 0, py::arg("servers") = 1, py::arg("warmup") = 5, py::arg("iters") = 20,
+      py::arg("check_iters") = 1, py::arg("timeout_s") = 0.0,
+      "Time one collective: per iteration an untimed MPI_Barrier, then the call on the host steady clock; "
+      "returns (samples_us reduced with MAX over ranks, wrong elements summed over ranks or -1 without check).");
+
+  m.def(
+      "allreduce",
+      [](py::object comm, py::array a, const std::string& op, const std::string& algo, int servers,
+         const std::string& dtype) {
+        GDL_REQUIRE(a.flags() & py::array::c_style, "allreduce: array must be C-contiguous");
+        GDL_REQUIRE(a.writeable(), "allreduce: array must be writable");
+        const comm::DType t = array_dtype(a, dtype);
+        const comm::Op o = comm::parse_op(op);
+        const comm::Algo al = comm::parse_algo(algo);
+        comm::AllreduceOptions opt;
+        opt.servers = servers;
+        void* p = a.mutable_data();
+        const auto n = static_cast<std::size_t>(a.size());
+        MPI_Comm c = get_comm(comm);
+        py::gil_scoped_release nogil;
+        comm::allreduce(al, p, n, t, o, c, opt);
+      },
+      py::arg("comm"), py::arg("array"), py::arg("op") = "sum", py::arg("algo") = "library", py::arg("servers") = 1,
+      py::arg("dtype") = "", "In-place all-reduce of a numpy array over comm with the chosen algorithm.");
+
+  m.def(
+      "reduce_time",
+      [](std::size_t count, const std::string& dtype, const std::string& op, int warmup, int iters) {
+        const auto t = comm::parse_dtype(dtype);
+        const auto o = comm::parse_op(op);
+        py::gil_scoped_release nogil;
+        return comm::reduce_time(count, t, o, warmup, iters);
+      },
+      py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("warmup") = 2, py::arg("iters") = 10,
+      "Time the local reduction a op= b over count elements (the cost model's gamma).");
+
+  m.def(
+      "keep_freed_memory",
+      [](std::size_t bytes) {
+        // glibc returns blocks above its mmap threshold to the kernel on free; MPICH allocates its
+        // large temporary buffers per call, so every call would fault its pages in again.
+        const int t = static_cast<int>(bytes);
+        return mallopt(M_MMAP_THRESHOLD, t) == 1 && mallopt(M_TRIM_THRESHOLD, t) == 1;
+      },
+      py::arg("bytes") = 1 << 30,
+      "Ask glibc to keep freed blocks up to `bytes` (mallopt M_MMAP_THRESHOLD/M_TRIM_THRESHOLD).");
+}
+
+}  // namespace gdl::bind

@@ -1,0 +1,90 @@
+// MPI collectives on host buffers: the library's MPI_Allreduce and gdlbench's own all-reduce
+// algorithms on MPI point-to-point, plus the library reduce-scatter, all-gather and broadcast.
+//
+// The reusable API: every function works on a caller's buffer, calls no Python and holds no
+// global state except the cached MPI datatypes/ops for float16/bfloat16 (created on first use).
+// Callers that run collectives from several threads at once (a communication thread beside the
+// main one) must give each thread its own communicator (MPI_Comm_dup): the algorithms use fixed
+// tags. MPI must be initialised with MPI_THREAD_MULTIPLE for that (mpi4py does).
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "comm/types.h"
+
+namespace gdl::comm {
+
+enum class Algo {
+  library,  // MPI_Allreduce of the MPI library in use
+  ring,     // reduce-scatter + all-gather around a ring: 2(N-1) steps of m/N bytes
+  rd,       // recursive doubling; N not a power of two: the extra ranks fold into a partner first
+  tree,     // binomial-tree reduce to rank 0, then binomial-tree broadcast
+  ps,       // parameter server: ranks 0..P-1 each own 1/P of the buffer; push, reduce, pull
+};
+Algo parse_algo(const std::string& s);
+const char* algo_name(Algo a);
+
+struct AllreduceOptions {
+  int servers = 1;  // ps: number of server ranks P (1 <= P <= N); ranks 0..P-1 serve
+};
+
+// In place: buf holds this rank's count elements on entry and the reduction over all ranks of
+// comm on return. Every rank passes the same algo, count, dtype, op and options.
+void allreduce(Algo algo, void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm,
+               const AllreduceOptions& opt = {});
+
+// Out of place: sendbuf is left untouched, recvbuf receives the result. The library call passes
+// both buffers to MPI; gdlbench's algorithms copy sendbuf into recvbuf, then reduce in place.
+void allreduce(Algo algo, const void* sendbuf, void* recvbuf, std::size_t count, DType dtype, Op op,
+               MPI_Comm comm, const AllreduceOptions& opt = {});
+
+// Library collectives. count is per rank: reduce_scatter reduces N*count elements of sendbuf and
+// leaves block `rank` (count elements) in recvbuf; allgather gathers count elements from every
+// rank into recvbuf (N*count). In place: sendbuf == nullptr (MPI_IN_PLACE): reduce_scatter reads
+// N*count elements from recvbuf and leaves the result in its first count; allgather takes this
+// rank's block from recvbuf + rank*count.
+void reduce_scatter(const void* sendbuf, void* recvbuf, std::size_t count, DType dtype, Op op, MPI_Comm comm);
+void allgather(const void* sendbuf, void* recvbuf, std::size_t count, DType dtype, MPI_Comm comm);
+void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm comm);
+
+// The MPI datatype and op used for dtype/op: predefined ones where MPI has them; for float16 and
+// bfloat16 a contiguous 2-byte type and user-defined ops that widen to float, reduce and round.
+MPI_Datatype mpi_datatype(DType t);
+MPI_Op mpi_op(DType t, Op op);
+
+// --- benchmarking --------------------------------------------------------------------------
+enum class Collective { allreduce, reduce_scatter, allgather, broadcast };
+Collective parse_collective(const std::string& s);
+
+struct BenchSpec {
+  Collective coll = Collective::allreduce;
+  Algo algo = Algo::library;   // allreduce only
+  std::size_t count = 0;       // elements per rank (see the collectives above)
+  DType dtype = DType::f32;
+  Op op = Op::sum;
+  bool inplace = false;
+  int root = 0;                // broadcast
+  AllreduceOptions opt;
+  int warmup = 5;
+  int iters = 20;
+  int check_iters = 1;         // separate, untimed, exact checks (0: none)
+  double timeout_s = 0;        // > 0: abort the job when one call makes no progress this long
+};
+
+struct BenchResult {
+  std::vector<double> samples_us;  // per iteration, the max over ranks
+  long long wrong = -1;            // wrong elements summed over ranks and check rounds; -1: no check
+};
+
+// Per timed iteration: an untimed MPI_Barrier, then one collective timed on the host steady
+// clock; the samples are reduced with MAX over ranks. The checks run after timing, on freshly
+// written inputs. Buffers are allocated and touched before any timing.
+BenchResult bench(const BenchSpec& spec, MPI_Comm comm);
+
+// Local reduction speed (the gamma of the cost model): time of inout op= in over count elements.
+std::vector<double> reduce_time(std::size_t count, DType dtype, Op op, int warmup, int iters);
+
+}  // namespace gdl::comm

@@ -1,0 +1,112 @@
+// A watchdog for collectives: if a rank dies or hangs, the survivors sit in MPI forever. While a
+// Watchdog::Scope is alive, a helper thread checks every 50 ms that kick() was called within the
+// last `timeout_s` seconds; if not, it prints one line on stderr and calls MPI_Abort, which ends
+// the whole job with a non-zero status. Needs MPI_THREAD_MULTIPLE (mpi4py's default).
+// Header-only, so both native modules (_core for MPI, _cuda for NCCL) carry it.
+#pragma once
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace gdl::comm {
+
+class Watchdog {
+ public:
+  // Arms the watchdog for the scope's lifetime (timeout_s <= 0: does nothing).
+  class Scope {
+   public:
+    Scope(double timeout_s, std::string what);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    bool armed_ = false;
+  };
+  static void kick();  // progress: restart the countdown (cheap: one atomic store)
+};
+
+namespace watchdog_detail {
+
+using sclock = std::chrono::steady_clock;
+
+struct State {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread thread;
+  bool running = false;  // the thread exists
+  int depth = 0;         // live scopes
+  double timeout_s = 0;
+  std::string what;
+  std::atomic<long long> last_kick_ns{0};
+};
+
+inline State& state() {
+  static State* s = new State;  // never destroyed: the thread may outlive static destructors
+  return *s;
+}
+
+inline long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(sclock::now().time_since_epoch()).count();
+}
+
+inline void loop() {
+  watchdog_detail::State& s = watchdog_detail::state();
+  std::unique_lock<std::mutex> lock(s.mu);
+  while (true) {
+    s.cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (s.depth == 0) continue;
+    const double idle = (now_ns() - s.last_kick_ns.load(std::memory_order_relaxed)) * 1e-9;
+    if (idle > s.timeout_s) {
+      int rank = -1, initialized = 0, finalized = 0;
+      MPI_Initialized(&initialized);
+      MPI_Finalized(&finalized);
+      if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      std::fprintf(stderr,
+                   "[rank %d] gdlbench: error: %s made no progress for %.0f s (--timeout): another rank "
+                   "died or hangs; aborting the job\n",
+                   rank, s.what.c_str(), s.timeout_s);
+      std::fflush(stderr);
+      if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
+    }
+  }
+}
+
+}  // namespace watchdog_detail
+
+inline Watchdog::Scope::Scope(double timeout_s, std::string what) {
+  if (!(timeout_s > 0)) return;
+  watchdog_detail::State& s = watchdog_detail::state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.depth == 0 || timeout_s < s.timeout_s) s.timeout_s = timeout_s;
+  if (s.depth == 0) s.what = std::move(what);
+  ++s.depth;
+  s.last_kick_ns.store(watchdog_detail::now_ns());
+  if (!s.running) {
+    s.thread = std::thread(watchdog_detail::loop);
+    s.thread.detach();
+    s.running = true;
+  }
+  armed_ = true;
+}
+
+inline Watchdog::Scope::~Scope() {
+  if (!armed_) return;
+  watchdog_detail::State& s = watchdog_detail::state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  --s.depth;
+}
+
+inline void Watchdog::kick() {
+  watchdog_detail::state().last_kick_ns.store(watchdog_detail::now_ns(), std::memory_order_relaxed);
+}
+
+}  // namespace gdl::comm

@@ -1,0 +1,414 @@
+"""Collectives: all-reduce (the MPI library's and gdlbench's own algorithms; NCCL on GPUs),
+reduce-scatter, all-gather and broadcast, timed by the native harness and checked exactly; and
+the alpha-beta(-gamma) cost model fitted to a size sweep (DESIGN.md section 3).
+
+Sizes follow nccl-tests: for all-reduce and broadcast the size is each rank's buffer; for
+reduce-scatter and all-gather it is the total buffer (N blocks of `count` elements)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import env
+from ._native import MPI, _core, _cuda
+from .errors import UsageError
+from .measurement import Measurement
+from .units import parse_size
+
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
+ALGOS = ("library", "ring", "rd", "tree", "ps")
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32")
+OPS = ("sum", "prod", "max", "min")
+BACKENDS = ("mpi", "nccl")
+DTYPE_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
+DEFAULT_TIMEOUT_S = 300.0
+
+REGION = {
+    "mpi": ("per iteration: an untimed MPI_Barrier, then one blocking MPI call (gdlbench's algorithms: "
+            "the whole point-to-point exchange and reductions; out of place they first copy the input "
+            "into the output buffer)"),
+    "nccl": "per iteration: an untimed MPI_Barrier, then one NCCL call and cudaStreamSynchronize",
+}
+CHECK_NOTE = ("#wrong: elements that differ from the exact result, summed over ranks and check "
+              "iterations (separate, untimed; inputs are small integers, so every reduction is exact "
+              "in every dtype)")
+HALF_NOTE = ("float16/bfloat16 on MPI: 2-byte storage reduced by gdlbench's own MPI_Op (widen to float, "
+             "reduce, round to nearest even); MPI has no such types")
+
+
+def bus_factor(collective: str, nranks: int) -> float:
+    """nccl-tests' busbw factor: all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N,
+    broadcast 1. With one rank there is no link: 0 for the first three."""
+    if collective == "allreduce":
+        return 2.0 * (nranks - 1) / nranks
+    if collective in ("reduce_scatter", "allgather"):
+        return (nranks - 1) / nranks
+    if collective == "broadcast":
+        return 1.0
+    raise UsageError(f"unknown collective {collective!r} ({', '.join(COLLECTIVES)})")
+
+
+@dataclass
+class CollectiveResult:
+    """One timed row: a collective at one size, dtype, op, algorithm and buffer mode."""
+
+    collective: str
+    size_bytes: int
+    count: int
+    dtype: str
+    op: str | None
+    algo: str
+    backend: str
+    inplace: bool
+    nranks: int
+    measurement: Measurement
+    wrong: int | None = None
+    root: int | None = None
+    servers: int | None = None
+
+    @property
+    def time_us(self) -> float:
+        return self.measurement.median
+
+    @property
+    def algbw_gbs(self) -> float:
+        return self.size_bytes / 1e9 / (self.measurement.median * 1e-6)
+
+    @property
+    def busbw_gbs(self) -> float:
+        return self.algbw_gbs * bus_factor(self.collective, self.nranks)
+
+    @property
+    def passed(self) -> bool:
+        return not self.wrong
+
+    def to_dict(self) -> dict:
+        row = {"collective": self.collective, "size_bytes": self.size_bytes, "count": self.count,
+               "dtype": self.dtype, "op": self.op, "algo": self.algo, "backend": self.backend,
+               "inplace": self.inplace, "nranks": self.nranks}
+        if self.root is not None:
+            row["root"] = self.root
+        if self.servers is not None:
+            row["servers"] = self.servers
+        row.update(self.measurement.stats())
+        row["samples_us"] = list(self.measurement.samples_us)
+        row.update(algbw_gbs=self.algbw_gbs, busbw_gbs=self.busbw_gbs, wrong=self.wrong)
+        return row
+
+
+def _as_sizes(sizes) -> list[int]:
+    if isinstance(sizes, (int, str, np.integer)):
+        sizes = [sizes]
+    out = [parse_size(int(s) if isinstance(s, np.integer) else s, "size") for s in sizes]
+    if not out:
+        raise UsageError("no sizes given")
+    return out
+
+
+def element_count(collective: str, size_bytes: int, dtype: str, nranks: int) -> tuple[int, int]:
+    """(count per rank, bytes actually moved) for a requested size: whole elements, and for
+    reduce-scatter/all-gather whole blocks of N (at least one element per rank)."""
+    es = DTYPE_SIZE[dtype]
+    if collective in ("reduce_scatter", "allgather"):
+        count = max(1, size_bytes // (es * nranks))
+        return count, count * es * nranks
+    count = max(1, size_bytes // es)
+    return count, count * es
+
+
+def resolve_backend(backend: str, device: str = "auto") -> tuple[str, str]:
+    """('mpi' | 'nccl', why): nccl on a GPU, mpi on the CPU, unless asked."""
+    if backend not in ("auto", *BACKENDS):
+        raise UsageError(f"--backend: expected auto, mpi or nccl, got {backend!r}")
+    dev, why = env.resolve_device(device)
+    if backend == "auto":
+        return ("nccl", f"auto: device cuda ({why})") if dev == "cuda" else ("mpi", f"auto: device cpu ({why})")
+    if backend == "nccl":
+        if dev != "cuda":
+            raise UsageError(f"--backend nccl needs a GPU (device {dev}: {why})")
+        if _cuda is None or not hasattr(_cuda, "nccl_bench"):
+            raise UsageError("--backend nccl: the CUDA backend was built without NCCL")
+        return "nccl", "asked for"
+    return "mpi", "asked for"
+
+
+def validate(collective: str, dtype: str, op: str | None, algo: str, backend: str, nranks: int,
+             servers: int, root: int, iters: int, warmup: int, check: int, timeout: float) -> None:
+    """Every argument check that does not need MPI traffic: the same verdict on every rank."""
+    if collective not in COLLECTIVES:
+        raise UsageError(f"unknown collective {collective!r} ({', '.join(COLLECTIVES)})")
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r} ({', '.join(DTYPES)})")
+    if collective in ("allreduce", "reduce_scatter") and op not in OPS:
+        raise UsageError(f"unknown op {op!r} ({', '.join(OPS)})")
+    if algo not in ALGOS:
+        raise UsageError(f"unknown algorithm {algo!r} ({', '.join(ALGOS)})")
+    if algo != "library" and (collective != "allreduce" or backend != "mpi"):
+        raise UsageError(f"--algo {algo}: gdlbench's own algorithms are MPI all-reduces (use --algo library)")
+    if algo == "ps" and not 1 <= servers <= nranks:
+        raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
+    if collective == "broadcast" and not 0 <= root < nranks:
+        raise UsageError(f"--root must be between 0 and {nranks - 1}, got {root}")
+    if iters < 1:
+        raise UsageError(f"--iters must be >= 1, got {iters}")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {warmup}")
+    if check < 0:
+        raise UsageError(f"--check must be >= 0, got {check}")
+    if not (timeout >= 0 and math.isfinite(timeout)):
+        raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
+
+
+def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
+            algo: str = "library", backend: str = "mpi", inplace: bool = False, *, iters: int = 20,
+            warmup: int = 5, check: int = 1, servers: int = 1, root: int = 0,
+            timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> CollectiveResult:
+    """Time one row. Every rank of comm must call it with the same arguments."""
+    comm = comm or MPI.COMM_WORLD
+    nranks = comm.Get_size()
+    op = op if collective in ("allreduce", "reduce_scatter") else None
+    validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
+    count, nbytes = element_count(collective, size_bytes, dtype, nranks)
+    if collective == "broadcast":
+        inplace = True  # one buffer: MPI_Bcast and ncclBroadcast in place
+    if backend == "nccl":
+        samples, wrong = _cuda.nccl_bench(comm, collective, count, dtype, op or "sum", inplace, root, warmup, iters,
+                                          check, timeout)
+    else:
+        samples, wrong = _core.comm_bench(comm, collective, algo, count, dtype, op or "sum", inplace, root, servers,
+                                          warmup, iters, check, timeout)
+    meas = Measurement(samples, "steady-clock", REGION[backend])
+    return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
+                            None if wrong < 0 else int(wrong), root if collective == "broadcast" else None,
+                            servers if algo == "ps" else None)
+
+
+def _modes(inplace: bool | None) -> tuple[bool, ...]:
+    return (False, True) if inplace is None else (bool(inplace),)
+
+
+def collective(name: str, sizes, dtype: str = "float32", op: str | None = "sum", algo: str = "library",
+               backend: str = "auto", iters: int = 20, warmup: int = 5, check: int = 1,
+               inplace: bool | None = None, *, servers: int = 1, root: int = 0, device: str = "auto",
+               timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> list[CollectiveResult]:
+    """Time `name` at every size; inplace None runs out-of-place then in-place rows (broadcast has
+    one buffer: in place only)."""
+    be, _ = resolve_backend(backend, device)
+    modes = (True,) if name == "broadcast" else _modes(inplace)
+    out = []
+    for size in _as_sizes(sizes):
+        for mode in modes:
+            out.append(run_one(name, size, dtype, op, algo, be, mode, iters=iters, warmup=warmup, check=check,
+                               servers=servers, root=root, timeout=timeout, comm=comm))
+    return out
+
+
+def allreduce(sizes, dtype: str = "float32", op: str = "sum", algo: str = "library", backend: str = "auto",
+              iters: int = 20, warmup: int = 5, check: int = 1, inplace: bool | None = None, *,
+              servers: int = 1, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
+              comm=None) -> list[CollectiveResult]:
+    """All-reduce at each size (bytes per rank; ints or strings such as '64MB'). algo: library
+    (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks)."""
+    return collective("allreduce", sizes, dtype, op, algo, backend, iters, warmup, check, inplace,
+                      servers=servers, device=device, timeout=timeout, comm=comm)
+
+
+def reduce_scatter(sizes, dtype: str = "float32", op: str = "sum", backend: str = "auto", iters: int = 20,
+                   warmup: int = 5, check: int = 1, inplace: bool | None = None, *, device: str = "auto",
+                   timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> list[CollectiveResult]:
+    """Reduce-scatter; each size is the total buffer (N blocks)."""
+    return collective("reduce_scatter", sizes, dtype, op, "library", backend, iters, warmup, check, inplace,
+                      device=device, timeout=timeout, comm=comm)
+
+
+def allgather(sizes, dtype: str = "float32", backend: str = "auto", iters: int = 20, warmup: int = 5,
+              check: int = 1, inplace: bool | None = None, *, device: str = "auto",
+              timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> list[CollectiveResult]:
+    """All-gather; each size is the total (gathered) buffer."""
+    return collective("allgather", sizes, dtype, None, "library", backend, iters, warmup, check, inplace,
+                      device=device, timeout=timeout, comm=comm)
+
+
+def broadcast(sizes, dtype: str = "float32", root: int = 0, backend: str = "auto", iters: int = 20,
+              warmup: int = 5, check: int = 1, *, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
+              comm=None) -> list[CollectiveResult]:
+    """Broadcast from `root`; each size is the buffer."""
+    return collective("broadcast", sizes, dtype, None, "library", backend, iters, warmup, check, True,
+                      root=root, device=device, timeout=timeout, comm=comm)
+
+
+def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *, servers: int = 1,
+                    dtype: str | None = None, comm=None) -> np.ndarray:
+    """In-place all-reduce of a numpy array (float32, float64, int32, float16; bfloat16 as uint16
+    with dtype='bfloat16') with one of the algorithms. Returns the array."""
+    if not isinstance(array, np.ndarray):
+        raise UsageError("allreduce_array: expected a numpy array")
+    _core.allreduce(comm or MPI.COMM_WORLD, array, op, algo, servers, dtype or "")
+    return array
+
+
+def reduction_gamma_us_per_byte(dtype: str = "float32", op: str = "sum", nbytes: int = 16 * 2**20,
+                                iters: int = 10) -> float:
+    """The cost model's gamma: microseconds per byte of the local reduction a op= b (median)."""
+    count = max(1, nbytes // DTYPE_SIZE[dtype])
+    samples = _core.reduce_time(count, dtype, op, 2, iters)
+    return float(np.median(samples)) / (count * DTYPE_SIZE[dtype])
+
+
+# --- the alpha-beta(-gamma) model ---------------------------------------------------------------
+FIT_ALGOS = (*ALGOS, "reduce_scatter", "allgather", "broadcast")
+FIT_FORMULAS = {
+    "ring": "2(N-1) a + 2(N-1)/N m b + (N-1)/N m g",
+    "library": "2 ceil(log2 N) a + 2(N-1)/N m b + (N-1)/N m g  (MPICH's large-message all-reduce: "
+               "recursive-halving reduce-scatter + recursive-doubling all-gather)",
+    "rd": "ceil(log2 N) (a + m b + m g)",
+    "tree": "2 ceil(log2 N) (a + m b) + ceil(log2 N) m g",
+    "ps": "2 (a + (N/P) m b) + (N/P) m g",
+    "reduce_scatter": "ceil(log2 N) a + (N-1)/N m b + (N-1)/N m g  (m: total buffer)",
+    "allgather": "ceil(log2 N) a + (N-1)/N m b  (m: total buffer)",
+    "broadcast": "ceil(log2 N) (a + m b)  (binomial tree)",
+}
+
+
+def model_coefficients(algo: str, nranks: int, servers: int = 1) -> tuple[float, float, float]:
+    """(A, B, G) with t(m) = A alpha + B m beta + G m gamma (DESIGN.md section 3)."""
+    n = nranks
+    if n < 1:
+        raise UsageError(f"nranks must be >= 1, got {nranks}")
+    lg = math.ceil(math.log2(n)) if n > 1 else 0
+    f = (n - 1) / n
+    table = {
+        "ring": (2 * (n - 1), 2 * f, f),
+        "library": (2 * lg, 2 * f, f),
+        "rd": (lg, lg, lg),
+        "tree": (2 * lg, 2 * lg, lg),
+        "ps": (2.0, 2 * n / servers, n / servers),
+        "reduce_scatter": (lg, f, f),
+        "allgather": (lg, f, 0.0),
+        "broadcast": (lg, lg, 0.0),
+    }
+    if algo not in table:
+        raise UsageError(f"no cost model for {algo!r} ({', '.join(table)})")
+    if algo == "ps" and n == 1:
+        return (0.0, 0.0, 0.0)
+    return tuple(float(x) for x in table[algo])  # type: ignore[return-value]
+
+
+@dataclass
+class AlphaBetaFit:
+    """alpha (us per message step), beta (us per byte on the link) and gamma (us per byte reduced,
+    None when it was not separated from beta) for one algorithm, fitted by least squares."""
+
+    algo: str
+    nranks: int
+    alpha_us: float
+    beta_us_per_byte: float
+    gamma_us_per_byte: float | None
+    servers: int = 1
+    gamma_source: str = "not separated: beta includes the reduction"
+    sizes_bytes: list[int] = field(default_factory=list)
+    measured_us: list[float] = field(default_factory=list)
+    group: dict = field(default_factory=dict)  # what the rows had in common (dtype, op, inplace)
+
+    def predict_us(self, size_bytes: float, nranks: int | None = None) -> float:
+        a, b, g = model_coefficients(self.algo, nranks or self.nranks, self.servers)
+        return a * self.alpha_us + size_bytes * (b * self.beta_us_per_byte + g * (self.gamma_us_per_byte or 0.0))
+
+    @property
+    def predicted_us(self) -> list[float]:
+        return [self.predict_us(m) for m in self.sizes_bytes]
+
+    def rel_errors(self) -> list[float]:
+        return [abs(p - t) / t for p, t in zip(self.predicted_us, self.measured_us, strict=True)]
+
+    def median_rel_error(self, min_bytes: int = 0) -> float | None:
+        errs = [e for e, m in zip(self.rel_errors(), self.sizes_bytes, strict=True) if m >= min_bytes]
+        return float(np.median(errs)) if errs else None
+
+    @property
+    def link_gbs(self) -> float | None:
+        """1/beta in GB/s (1e9 B/s)."""
+        return 1e-3 / self.beta_us_per_byte if self.beta_us_per_byte > 0 else None
+
+    def to_dict(self) -> dict:
+        return {
+            "algo": self.algo, **self.group, "nranks": self.nranks, "servers": self.servers if self.algo == "ps" else None,
+            "formula": FIT_FORMULAS[self.algo], "alpha_us": self.alpha_us,
+            "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
+            "gamma_source": self.gamma_source, "link_gbs": self.link_gbs,
+            "median_rel_error": self.median_rel_error(),
+            "median_rel_error_64k": self.median_rel_error(65536),
+            "points": [{"size_bytes": m, "measured_us": t, "predicted_us": p, "rel_error": e}
+                       for m, t, p, e in zip(self.sizes_bytes, self.measured_us, self.predicted_us,
+                                             self.rel_errors(), strict=True)],
+        }
+
+
+def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo: str, nranks: int, *,
+                   servers: int = 1, gamma_us_per_byte: float | None = None,
+                   gamma_source: str | None = None) -> AlphaBetaFit:
+    """Least-squares fit of DESIGN.md section 3's cost formula for `algo` to a size sweep.
+
+    The fit minimises the relative error (each point weighted by 1/t), so small latency-bound and
+    large bandwidth-bound sizes count alike; alpha and beta are kept >= 0. Over one sweep at a fixed
+    N, beta and gamma multiply the same m and cannot be told apart: give gamma_us_per_byte (e.g.
+    reduction_gamma_us_per_byte(), a separate measurement) to hold it fixed, otherwise gamma is None
+    and beta carries the reduction too."""
+    if algo not in FIT_ALGOS:
+        raise UsageError(f"fit: unknown algorithm {algo!r} ({', '.join(FIT_ALGOS)})")
+    m = np.asarray(sizes_bytes, dtype=np.float64)
+    t = np.asarray(times_us, dtype=np.float64)
+    if m.shape != t.shape or m.ndim != 1:
+        raise UsageError("fit: sizes and times must be two lists of the same length")
+    if m.size < 2 or np.unique(m).size < 2:
+        raise UsageError("fit: needs at least two different sizes")
+    if nranks < 2:
+        raise UsageError("fit: needs at least 2 ranks (with one rank nothing is communicated)")
+    if not (np.all(t > 0) and np.all(np.isfinite(t)) and np.all(m > 0)):
+        raise UsageError("fit: sizes and times must be positive")
+    a_c, b_c, g_c = model_coefficients(algo, nranks, servers)
+    gamma = gamma_us_per_byte if (gamma_us_per_byte is not None and g_c > 0) else None
+    target = t - (m * g_c * gamma if gamma is not None else 0.0)
+    w = 1.0 / t
+    cols = np.column_stack([np.full_like(m, a_c), m * b_c])
+
+    def solve(mask: list[bool]) -> np.ndarray:
+        x = np.zeros(2)
+        idx = [i for i, keep in enumerate(mask) if keep]
+        sol, *_ = np.linalg.lstsq(cols[:, idx] * w[:, None], target * w, rcond=None)
+        x[idx] = sol
+        return x
+
+    x = solve([True, True])
+    if x[0] < 0:
+        x = solve([False, True])
+    if x[1] < 0:
+        x = solve([True, False])
+    x = np.maximum(x, 0.0)
+    return AlphaBetaFit(algo, nranks, float(x[0]), float(x[1]), gamma, servers,
+                        gamma_source or ("given" if gamma is not None else
+                                         "not separated: beta includes the reduction"),
+                        [int(v) for v in m], [float(v) for v in t])
+
+
+def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float | None = None,
+                gamma_source: str | None = None) -> list[AlphaBetaFit]:
+    """One fit per (collective/algorithm, dtype, op, mode) group of rows that has >= 2 sizes."""
+    groups: dict[tuple, list[CollectiveResult]] = {}
+    for r in results:
+        groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers), []).append(r)
+    fits = []
+    for (coll, algo, dtype, op, inplace, _servers), rows in groups.items():
+        if len({r.size_bytes for r in rows}) < 2:
+            continue
+        name = algo if coll == "allreduce" else coll
+        fit = fit_alpha_beta([r.size_bytes for r in rows], [r.time_us for r in rows], name,
+                             rows[0].nranks, servers=rows[0].servers or 1,
+                             gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source)
+        fit.group = {"collective": coll, "dtype": dtype, "op": op, "inplace": inplace}
+        fits.append(fit)
+    return fits

@@ -1,0 +1,327 @@
+"""gdlbench allreduce (and reduce_scatter, allgather, broadcast): nccl-tests-compatible sweeps of
+the MPI library's collectives, gdlbench's own all-reduce algorithms and NCCL, with exact checks
+and the alpha-beta fit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import collectives as C
+from .. import env
+from ..cli import common_options
+from ..errors import CheckFailed, UsageError
+from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..units import SIZE_CONVENTION, format_bytes, parse_size
+
+MAX_ROWS = 4096
+HELP = {
+    "allreduce": "all-reduce: MPI library, gdlbench's ring/rd/tree/ps, NCCL (nccl-tests flags)",
+    "reduce_scatter": "reduce-scatter (library MPI or NCCL; size = total buffer)",
+    "allgather": "all-gather (library MPI or NCCL; size = total buffer)",
+    "broadcast": "broadcast (library MPI or NCCL)",
+}
+
+
+def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if items == ["all"]:
+        return list(allowed)
+    bad = [x for x in items if x not in allowed]
+    if not items or bad:
+        raise UsageError(f"{what}: unknown {', '.join(bad) or repr(text)} (choose from {', '.join(allowed)}, or all)")
+    return list(dict.fromkeys(items))
+
+
+def make(collective: str):
+    """The (add_arguments, run) pair of one collective's subcommand."""
+
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        g = p.add_argument_group("sizes (nccl-tests: K/M/G are 1024-based; KB/MB/GB 1000-based)")
+        g.add_argument("--size", help="one size or a comma-separated list: 100MB or 8,4K,1M")
+        g.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", help="smallest size of the sweep (default 32M)")
+        g.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", help="largest size of the sweep (default 32M)")
+        g.add_argument("-f", "--step-factor", "--stepfactor", dest="step_factor", type=float, default=1.0,
+                       help="multiply the size by this each step (default 1: add --step-bytes)")
+        g.add_argument("-i", "--step-bytes", "--stepbytes", dest="step_bytes", default="1M",
+                       help="add this each step when -f is 1 (default 1M)")
+        p.add_argument("-c", "--check", type=int, default=1,
+                       help="exact correctness checks per row, untimed (default 1; 0: off)")
+        p.add_argument("-d", "--dtype", "--datatype", dest="dtype", default="float32",
+                       help=f"{', '.join(C.DTYPES)}; a comma list or all (default float32)")
+        if collective in ("allreduce", "reduce_scatter"):
+            p.add_argument("-o", "--op", default="sum", help=f"{', '.join(C.OPS)}; a comma list or all (default sum)")
+        if collective == "allreduce":
+            p.add_argument("--algo", default="library",
+                           help="library (MPI_Allreduce / ncclAllReduce), ring, rd (recursive doubling), tree "
+                                "(binomial reduce + broadcast), ps (parameter server); a comma list or all")
+            p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
+            p.add_argument("--fit", action="store_true",
+                           help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
+        if collective == "broadcast":
+            p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
+        else:
+            p.add_argument("--mode", choices=("both", "out", "in"), default="both",
+                           help="out-of-place, in-place or both (default both, as nccl-tests)")
+        p.add_argument("--backend", default="auto", help="mpi or nccl (default: nccl on a GPU, mpi on the CPU)")
+        p.add_argument("-T", "--timeout", type=float, default=C.DEFAULT_TIMEOUT_S,
+                       help=f"abort the job when one collective makes no progress for this many seconds "
+                            f"(a dead or hung rank); default {C.DEFAULT_TIMEOUT_S:g}, 0: off")
+        common_options(p)
+
+    def run(args: argparse.Namespace) -> int:
+        comm = env.world()
+        nranks = comm.Get_size()
+        try:
+            plan = _plan(collective, args, nranks)
+        except UsageError as exc:  # argv and N are the same on every rank: all stop here, rank 0 says why
+            if env.rank() == 0:
+                print(f"gdlbench {collective}: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        return _run(collective, args, plan, comm)
+
+    return add_arguments, run
+
+
+def sweep_sizes(args: argparse.Namespace) -> list[int]:
+    if args.size is not None:
+        if args.min_bytes is not None or args.max_bytes is not None:
+            raise UsageError("give --size or -b/-e, not both")
+        sizes = [parse_size(x.strip(), "--size") for x in str(args.size).split(",") if x.strip()]
+        if not sizes:
+            raise UsageError("--size: no size given")
+        return sizes
+    default = 32 * 2**20
+    lo = parse_size(args.min_bytes, "--min-bytes") if args.min_bytes is not None else None
+    hi = parse_size(args.max_bytes, "--max-bytes") if args.max_bytes is not None else None
+    lo = lo if lo is not None else min(hi or default, default)
+    hi = hi if hi is not None else max(lo, default)
+    if hi < lo:
+        raise UsageError(f"--max-bytes ({hi}) is smaller than --min-bytes ({lo})")
+    factor = args.step_factor
+    if not factor >= 1 or factor != factor:
+        raise UsageError(f"--step-factor must be >= 1, got {factor}")
+    step = parse_size(args.step_bytes, "--step-bytes")
+    sizes, s = [], lo
+    while s <= hi:
+        sizes.append(int(s))
+        if len(sizes) > MAX_ROWS:
+            raise UsageError(f"the sweep has more than {MAX_ROWS} sizes: use a larger -f or -i")
+        s = s * factor if factor > 1 else s + step
+        if int(s) == sizes[-1]:
+            s = sizes[-1] + 1
+    return sizes
+
+
+def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
+    sizes = sweep_sizes(args)
+    dtypes = _list(args.dtype, C.DTYPES, "--dtype")
+    ops = _list(args.op, C.OPS, "--op") if collective in ("allreduce", "reduce_scatter") else [None]
+    algos = _list(args.algo, C.ALGOS, "--algo") if collective == "allreduce" else ["library"]
+    servers = getattr(args, "servers", 1)
+    root = getattr(args, "root", 0)
+    mode = getattr(args, "mode", "in")
+    modes = {"both": (False, True), "out": (False,), "in": (True,)}[mode] if collective != "broadcast" else (True,)
+    backend, why = C.resolve_backend(args.backend, args.device)
+    for dtype in dtypes:
+        for op in ops:
+            for algo in algos:
+                C.validate(collective, dtype, op, algo, backend, nranks, servers, root, args.iters, args.warmup,
+                           args.check, args.timeout)
+    fit = getattr(args, "fit", False)
+    if fit and len(set(sizes)) < 2:
+        raise UsageError("--fit needs a sweep of at least two sizes (e.g. -b 8 -e 64M -f 4)")
+    if fit and nranks < 2:
+        raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
+    json_out = OutputFile(args.json, "--json") if args.json else None
+    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "modes": modes, "backend": backend,
+            "backend_why": why, "servers": servers, "root": root, "fit": fit, "json": json_out, "csv": csv_out}
+
+
+def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
+    """Host buffers of the largest row times the ranks on this node must fit; rank 0 decides."""
+    if plan["backend"] != "mpi":
+        return
+    biggest = max(plan["sizes"]) * 8 // min(C.DTYPE_SIZE[d] for d in plan["dtypes"]) * max(
+        C.DTYPE_SIZE[d] for d in plan["dtypes"]) // 8
+    per_rank = {"allreduce": 3, "reduce_scatter": 2, "allgather": 2, "broadcast": 1}[collective] * biggest
+    need = per_rank * env.local_ranks()
+    available = None
+    if env.rank() == 0:
+        from ..gemm import _host_memory_available
+
+        available = _host_memory_available()
+    available = comm.bcast(available, root=0)
+    if need > available:
+        raise UsageError(f"the largest row needs {format_bytes(need)} of host memory on this node "
+                         f"({env.local_ranks()} ranks), {format_bytes(available)} available")
+
+
+def _columns(collective: str, modes: tuple[bool, ...], many_algos: bool) -> list[Column]:
+    cols = [Column("size (B)", "size_bytes"), Column("count", "count"), Column("type", "dtype")]
+    if collective in ("allreduce", "reduce_scatter"):
+        cols.append(Column("redop", "op"))
+    if collective == "broadcast":
+        cols.append(Column("root", "root"))
+    if many_algos or collective == "allreduce":
+        cols.append(Column("algo", "algo"))
+    for mode in modes:
+        tag = "in" if mode else "out"
+        label = "in-place" if mode else "out-of-place"
+        if collective == "broadcast":
+            label = ""
+        pre = f"{label} " if label else ""
+        cols += [Column(f"{pre}time (us)", f"{tag}_time_us", fmt_float(1)),
+                 Column("p95", f"{tag}_time_us_p95", fmt_float(1)),
+                 Column("algbw (GB/s)", f"{tag}_algbw_gbs", fmt_float(3)),
+                 Column("busbw (GB/s)", f"{tag}_busbw_gbs", fmt_float(3)),
+                 Column("#wrong", f"{tag}_wrong", lambda v: "N/A" if v is None else str(v))]
+    return cols
+
+
+def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
+    merged: dict[tuple, dict] = {}
+    for r in results:
+        key = (r.size_bytes, r.dtype, r.op, r.algo)
+        row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
+                                      "algo": r.algo if r.algo != "ps" else f"ps(P={r.servers})", "root": r.root})
+        tag = "in" if r.inplace else "out"
+        row.update({f"{tag}_time_us": r.time_us, f"{tag}_time_us_p95": r.measurement.p95,
+                    f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
+        row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
+    return list(merged.values())
+
+
+def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
+    nranks = comm.Get_size()
+    is_root = env.rank() == 0
+    _check_memory(collective, plan, nranks, comm)
+    if plan["backend"] == "mpi":
+        C._core.keep_freed_memory(1 << 30)
+    combos = [(d, o, a) for d in plan["dtypes"] for o in plan["ops"] for a in plan["algos"]]
+    total = len(combos) * len(plan["sizes"]) * len(plan["modes"])
+    progress = Progress(total, collective, enabled=is_root)
+    results: list[C.CollectiveResult] = []
+    for dtype, op, algo in combos:
+        for size in plan["sizes"]:
+            for mode in plan["modes"]:
+                r = C.run_one(collective, size, dtype, op, algo, plan["backend"], mode, iters=args.iters,
+                              warmup=args.warmup, check=args.check, servers=plan["servers"], root=plan["root"],
+                              timeout=args.timeout, comm=comm)
+                results.append(r)
+                progress.step(f"{dtype} {op or ''} {algo} {r.size_bytes} B {'in' if mode else 'out'}: "
+                              f"{r.time_us:.1f} us")
+
+    fits: list[C.AlphaBetaFit] = []
+    gamma_note = None
+    if plan["fit"]:
+        fits, gamma_note = _fit(results, plan, comm)
+
+    wrong_rows = sum(1 for r in results if r.wrong)
+    region = C.REGION[plan["backend"]]
+    notes = [f"sizes: {SIZE_CONVENTION}"]
+    if collective in ("reduce_scatter", "allgather"):
+        notes.append("size = the total buffer (N blocks of count elements), as nccl-tests; count is per rank")
+    if nranks == 1:
+        notes.append("busbw is 0: with 1 rank nothing crosses a link (run under mpiexec -n N; "
+                     "see the launcher warning if there is one)")
+    if plan["backend"] == "mpi" and any(d in ("float16", "bfloat16") for d in plan["dtypes"]):
+        notes.append(C.HALF_NOTE)
+    if plan["backend"] == "mpi":
+        notes.append("glibc keeps freed blocks up to 1 GiB (mallopt), so MPI's per-call temporary buffers "
+                     "are not page-faulted in again on every call")
+    if gamma_note:
+        notes.append(gamma_note)
+    report = Report(
+        collective, vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
+        env.collect() if is_root else {},
+        {"clock": "steady-clock", "region": region, "rank_reduction": "max",
+         "rank_reduction_detail": "each iteration's time is the max over ranks (MPI_Allreduce MAX)",
+         "busbw_factor": {"allreduce": "2(N-1)/N", "reduce_scatter": "(N-1)/N", "allgather": "(N-1)/N",
+                          "broadcast": "1"}[collective]},
+        rows=[r.to_dict() for r in results],
+        summary={"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
+                 "rows_with_wrong": wrong_rows if args.check else None,
+                 "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
+                 **({"fit": [f.to_dict() for f in fits]} if plan["fit"] else {})},
+        notes=notes)
+    if is_root:
+        _print(collective, args, plan, results, fits, report, nranks)
+        report.write(plan["json"], plan["csv"])
+    if wrong_rows:
+        if not is_root:
+            return 1
+        raise CheckFailed(f"{wrong_rows} row(s) with wrong elements (see the #wrong column)")
+    return 0
+
+
+def _fit(results, plan, comm):
+    gamma = None
+    gamma_note = None
+    if plan["backend"] == "mpi":
+        # gamma from a separate measurement of the local reduction (max over ranks), so that beta is
+        # the link alone; with one sweep at fixed N the two cannot be separated otherwise.
+        dtype, op = plan["dtypes"][0], plan["ops"][0] or "sum"
+        local = C.reduction_gamma_us_per_byte(dtype, op)
+        gamma = comm.allreduce(local, op=C.MPI.MAX)
+        gamma_note = (f"gamma measured separately: local {dtype} {op} reduction of 16 MiB, "
+                      f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
+        fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],
+                             gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB")
+        fits += C.fit_results([r for r in results if not (r.dtype == dtype and r.op == plan["ops"][0])])
+    else:
+        fits = C.fit_results(results)
+    return fits, gamma_note
+
+
+def _print(collective, args, plan, results, fits, report, nranks):
+    title = (f"gdlbench {collective} ({plan['backend']}, {nranks} rank{'s' if nranks > 1 else ''}; "
+             f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
+    caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
+               f"busbw = algbw x {report.timing['busbw_factor']}; GB/s = 1e9 B/s")
+    many = len(plan["algos"]) > 1
+    print_table(title, _columns(collective, plan["modes"], many), _table_rows(results), caption=caption)
+    bad = sum(1 for r in results if r.wrong)
+    lines = [f"backend {plan['backend']} ({plan['backend_why']})",
+             f"timed region: {report.timing['region']}",
+             C.CHECK_NOTE if args.check else "#wrong N/A: no check (-c 0)", *report.notes,
+             f"Out of bounds values : {bad} {'OK' if not bad else 'FAILED'}",
+             f"Avg bus bandwidth    : {report.summary['avg_busbw_gbs']:.4f} GB/s (mean over every row, "
+             "latency-bound sizes included; read the table)"]
+    for line in lines:
+        print(f"# {line}")
+    if fits:
+        _print_fits(fits)
+
+
+def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
+    rows = []
+    for f in fits:
+        d = f.to_dict()
+        rows.append({"name": f.algo + (f"(P={f.servers})" if f.algo == "ps" else ""),
+                     "type": f"{f.group.get('dtype')} {f.group.get('op') or ''} "
+                             f"{'in' if f.group.get('inplace') else 'out'}",
+                     "alpha": f.alpha_us, "beta": f.beta_us_per_byte * 1e3, "link": f.link_gbs,
+                     "gamma": None if f.gamma_us_per_byte is None else f.gamma_us_per_byte * 1e3,
+                     "err": 100 * d["median_rel_error"], "err64": None if d["median_rel_error_64k"] is None
+                     else 100 * d["median_rel_error_64k"],
+                     "max": 100 * max(f.rel_errors())})
+    cols = [Column("algo", "name"), Column("type", "type"), Column("alpha (us)", "alpha", fmt_float(3)),
+            Column("beta (ns/B)", "beta", "{:.5f}"), Column("1/beta (GB/s)", "link", fmt_float(3)),
+            Column("gamma (ns/B)", "gamma", "{:.5f}"), Column("median err %", "err", fmt_float(1)),
+            Column("median err % (>= 64 KiB)", "err64", fmt_float(1)), Column("max err %", "max", fmt_float(1))]
+    print_table("alpha-beta fit (least squares on relative error; DESIGN.md section 3 formulas)", cols, rows,
+                caption="; ".join(f"{a}: t = {C.FIT_FORMULAS[a]}" for a in dict.fromkeys(f.algo for f in fits)))
+    pts = []
+    for f in fits:
+        for m, t, p, e in zip(f.sizes_bytes, f.measured_us, f.predicted_us, f.rel_errors(), strict=True):
+            pts.append({"name": f.algo, "type": f.group.get("dtype"), "size": m, "measured": t, "predicted": p,
+                        "err": 100 * e, "mode": "in" if f.group.get("inplace") else "out"})
+    print_table("predicted vs measured", [Column("algo", "name"), Column("type", "type"), Column("mode", "mode"),
+                                          Column("size (B)", "size"), Column("measured (us)", "measured", fmt_float(1)),
+                                          Column("predicted (us)", "predicted", fmt_float(1)),
+                                          Column("error %", "err", fmt_float(1))], pts)
+
+
+add_arguments, run = make("allreduce")

@@ -1,0 +1,7 @@
+"""gdlbench reduce_scatter: the library's reduce_scatter on MPI or NCCL, nccl-tests-compatible (see allreduce.py)."""
+
+from __future__ import annotations
+
+from .allreduce import make
+
+add_arguments, run = make("reduce_scatter")

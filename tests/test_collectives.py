@@ -1,0 +1,312 @@
+"""Collectives: every algorithm and dtype checked exactly under mpiexec -n 2 and -n 4, the JSON
+contract, the alpha-beta fit, a rank that dies or hangs mid-sweep, bad input, launcher mismatch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from conftest import MPIEXEC, mpi_env, requires_gpu, run_cli, run_mpi
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gdlbench.collectives as C
+from gdlbench.commands.allreduce import sweep_sizes
+from gdlbench.errors import UsageError
+
+pytestmark = pytest.mark.mpi
+
+
+def _json_rows(path) -> list[dict]:
+    doc = json.loads(path.read_text())
+    assert doc["tool"] == "gdlbench" and doc["timing"]["rank_reduction"] == "max"
+    assert doc["timing"]["clock"] == "steady-clock"
+    return doc["rows"]
+
+
+def _all_correct(rows: list[dict], iters: int) -> None:
+    assert rows
+    for r in rows:
+        assert r["wrong"] == 0, r
+        assert len(r["samples_us"]) == iters, r
+        assert r["time_us_min"] <= r["time_us"] <= r["time_us_max"]
+
+
+def test_allreduce_100MB_two_ranks(tmp_path):
+    out = tmp_path / "a.json"
+    p = run_cli("allreduce", "--size", "100MB", "-n", "3", "-w", "1", "--json", str(out), nranks=2)
+    assert p.returncode == 0, p.stderr
+    assert "#wrong" in p.stdout and "Out of bounds values : 0 OK" in p.stdout
+    assert "1000-based" in p.stdout  # the size convention is stated
+    rows = _json_rows(out)
+    _all_correct(rows, 3)
+    assert {r["inplace"] for r in rows} == {False, True}
+    r = rows[0]
+    assert r["size_bytes"] == 100_000_000 and r["count"] == 25_000_000 and r["nranks"] == 2
+    assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * 1.0)  # 2(N-1)/N = 1 for N = 2
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+def test_every_algorithm_and_dtype_exact(tmp_path, nranks):
+    out = tmp_path / "a.json"
+    servers = str(nranks - 1)  # P servers of N ranks, an uneven split on 4 ranks
+    p = run_cli("allreduce", "-b", "8", "-e", "1M", "-f", "8", "-c", "1", "--algo", "all", "-d", "all",
+                "--servers", servers, "-n", "1", "-w", "0", "--json", str(out), nranks=nranks)
+    assert p.returncode == 0, p.stderr
+    rows = _json_rows(out)
+    _all_correct(rows, 1)
+    assert {r["algo"] for r in rows} == set(C.ALGOS)
+    assert {r["dtype"] for r in rows} == set(C.DTYPES)
+    assert len(rows) == 5 * 5 * 6 * 2  # algos x dtypes x sizes (8 .. 256K, x8) x modes
+    factor = 2 * (nranks - 1) / nranks
+    for r in rows:
+        assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * factor)
+
+
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_every_op_exact(tmp_path, nranks):
+    out = tmp_path / "a.json"
+    p = run_cli("allreduce", "--size", "4,1000,65540", "-o", "all", "-d", "all", "--algo", "all", "-c", "2",
+                "-n", "1", "-w", "0", "--json", str(out), nranks=nranks)
+    assert p.returncode == 0, p.stderr
+    rows = _json_rows(out)
+    _all_correct(rows, 1)
+    assert {r["op"] for r in rows} == set(C.OPS)
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("command", ["reduce_scatter", "allgather", "broadcast"])
+def test_library_collectives_exact(tmp_path, nranks, command):
+    out = tmp_path / "c.json"
+    extra = ["-r", str(nranks - 1)] if command == "broadcast" else []
+    p = run_cli(command, "-b", "8", "-e", "1M", "-f", "16", "-d", "all", "-n", "1", "-w", "0", "--json", str(out),
+                *extra, nranks=nranks)
+    assert p.returncode == 0, p.stderr
+    rows = _json_rows(out)
+    _all_correct(rows, 1)
+    factor = 1.0 if command == "broadcast" else (nranks - 1) / nranks
+    for r in rows:
+        assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * factor)
+        if command != "broadcast":  # size is the total buffer: N blocks of count elements
+            assert r["size_bytes"] == r["count"] * nranks * C.DTYPE_SIZE[r["dtype"]]
+
+
+def test_single_rank_says_why_busbw_is_zero(tmp_path):
+    out = tmp_path / "a.json"
+    p = run_cli("allreduce", "-b", "8", "-e", "64K", "-f", "8", "--algo", "all", "-n", "2", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "busbw is 0" in p.stdout
+    rows = _json_rows(out)
+    _all_correct(rows, 2)
+    assert all(r["busbw_gbs"] == 0 for r in rows)
+
+
+def test_fit_cli_two_ranks(tmp_path):
+    out = tmp_path / "f.json"
+    p = run_cli("allreduce", "-b", "64K", "-e", "4M", "-f", "4", "--algo", "library,ring", "--fit", "-n", "5",
+                "-w", "1", "--mode", "in", "--json", str(out), nranks=2)
+    assert p.returncode == 0, p.stderr
+    assert "alpha-beta fit" in p.stdout and "predicted vs measured" in p.stdout
+    fits = json.loads(out.read_text())["summary"]["fit"]
+    assert {f["algo"] for f in fits} == {"library", "ring"}
+    for f in fits:
+        assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] > 0 and f["gamma_us_per_byte"] > 0
+        assert len(f["points"]) == 4 and f["median_rel_error_64k"] is not None
+
+
+@pytest.mark.parametrize("algo", ["library", "ring", "rd", "tree", "ps"])
+@pytest.mark.parametrize("nranks", [2, 3, 4, 5, 8])
+def test_fit_recovers_the_model(algo, nranks):
+    rng = np.random.default_rng(nranks)
+    alpha, beta, gamma, servers = 3.0, 4e-4, 1e-4, max(1, nranks // 2)
+    sizes = [2**k for k in range(3, 27)]
+    a, b, g = C.model_coefficients(algo, nranks, servers)
+    truth = [a * alpha + m * (b * beta + g * gamma) for m in sizes]
+    noisy = [t * (1 + 0.03 * rng.standard_normal()) for t in truth]
+    # gamma held at its separately measured value: alpha and beta come back
+    fit = C.fit_alpha_beta(sizes, noisy, algo, nranks, servers=servers, gamma_us_per_byte=gamma)
+    assert fit.median_rel_error(65536) <= 0.10
+    assert fit.alpha_us == pytest.approx(alpha, rel=0.15)
+    assert fit.beta_us_per_byte == pytest.approx(beta, rel=0.05)
+    assert fit.predict_us(2**20) == pytest.approx(a * alpha + 2**20 * (b * beta + g * gamma), rel=0.05)
+    # gamma not separated: beta absorbs it, the prediction stays as good
+    fit2 = C.fit_alpha_beta(sizes, noisy, algo, nranks, servers=servers)
+    assert fit2.gamma_us_per_byte is None and fit2.median_rel_error(65536) <= 0.10
+    d = fit2.to_dict()
+    assert {"alpha_us", "beta_us_per_byte", "gamma_us_per_byte", "points", "formula"} <= set(d)
+
+
+def test_fit_rejects_bad_input():
+    with pytest.raises(UsageError):
+        C.fit_alpha_beta([8], [1.0], "ring", 2)
+    with pytest.raises(UsageError):
+        C.fit_alpha_beta([8, 16], [1.0, 2.0], "ring", 1)
+    with pytest.raises(UsageError):
+        C.fit_alpha_beta([8, 16], [1.0, 2.0], "bogus", 2)
+    with pytest.raises(UsageError):
+        C.fit_alpha_beta([8, 16], [1.0, -2.0], "ring", 2)
+
+
+API_CODE = textwrap.dedent("""
+    import numpy as np
+    from mpi4py import MPI
+    import gdlbench.collectives as C
+    comm = MPI.COMM_WORLD
+    rng = np.random.default_rng(comm.rank)
+    for algo in C.ALGOS:
+        for count in (1, 3, 1001, 70000):
+            x = rng.standard_normal(count)  # arbitrary values: every rank must end with MPI's sum
+            ref = np.empty_like(x)
+            comm.Allreduce(x, ref)
+            y = C.allreduce_array(x.copy(), "sum", algo, servers=comm.size)
+            assert np.allclose(y, ref, rtol=1e-12, atol=1e-12), (algo, count)
+            same = comm.gather(y, root=0)  # and every rank must hold the same bits
+            if comm.rank == 0:
+                assert all(np.array_equal(same[0], s) for s in same), algo
+    res = C.allreduce([8, "64K"], "float32", "max", "rd", "mpi", iters=3, warmup=1, check=1)
+    assert len(res) == 4 and all(r.wrong == 0 for r in res)
+    d = res[-1].to_dict()
+    assert d["size_bytes"] == 65536 and len(d["samples_us"]) == 3 and d["op"] == "max"
+    assert C.broadcast(100, "int32", root=comm.size - 1)[0].wrong == 0
+    if comm.rank == 0:
+        print("api ok")
+""")
+
+
+@pytest.mark.parametrize("nranks", [3])
+def test_python_api(nranks):
+    p = run_mpi(nranks, sys.executable, "-c", API_CODE)
+    assert p.returncode == 0, p.stderr
+    assert "api ok" in p.stdout
+
+
+# A rank that dies or hangs mid-sweep: the test's own code makes rank 1 kill or stop itself while
+# the real CLI sweeps; the others must exit non-zero within --timeout (never hang).
+DIE_CODE = textwrap.dedent("""
+    import os, signal, sys, threading
+    from mpi4py import MPI
+    from gdlbench import cli
+    how = sys.argv[1]
+    if MPI.COMM_WORLD.rank == 1:
+        sig = signal.SIGKILL if how == "kill" else signal.SIGSTOP
+        threading.Timer(1.5, lambda: os.kill(os.getpid(), sig)).start()
+    sys.exit(cli.main(["allreduce", "-b", "8", "-e", "16M", "-f", "2", "-n", "200", "-w", "1",
+                       "--timeout", "4"]))
+""")
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_dead_or_hung_rank_ends_the_job(how):
+    start = time.monotonic()
+    p = run_mpi(2, sys.executable, "-c", DIE_CODE, how, timeout=60)
+    elapsed = time.monotonic() - start
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    assert elapsed < 1.5 + 4 + 10, elapsed  # the timer, --timeout, and start-up/teardown slack
+    if how == "stop":  # only the watchdog can end this one: the stopped rank never exits by itself
+        assert "made no progress for 4 s" in p.stderr, p.stderr
+
+
+def test_launcher_mismatch_warns():
+    env = mpi_env()
+    env["PMI_SIZE"] = "4"  # a launcher said 4 processes, but this is a 1-rank world
+    p = subprocess.run([sys.executable, "-m", "gdlbench", "allreduce", "--size", "8", "-n", "2"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    assert "WARNING" in p.stderr and "PMI_SIZE=4" in p.stderr and "1 rank" in p.stderr
+
+
+BAD = [
+    (["allreduce", "--algo", "foo"], "--algo"),
+    (["allreduce", "-d", "int7"], "--dtype"),
+    (["allreduce", "-o", "avg"], "--op"),
+    (["allreduce", "--algo", "ps", "--servers", "5"], "--servers"),
+    (["allreduce", "-b", "64M", "-e", "8"], "smaller"),
+    (["allreduce", "--size", "0"], "positive"),
+    (["allreduce", "--size", "12XB"], "unit"),
+    (["allreduce", "--size", "8", "-b", "8"], "not both"),
+    (["allreduce", "-f", "0.5"], "--step-factor"),
+    (["allreduce", "--backend", "nccl"], "nccl"),
+    (["allreduce", "--backend", "gloo"], "--backend"),
+    (["allreduce", "--timeout", "-1"], "--timeout"),
+    (["allreduce", "-c", "-1"], "--check"),
+    (["allreduce", "--fit", "--size", "8"], "two sizes"),
+    (["allreduce", "-n", "0"], "iters"),
+    (["broadcast", "--root", "7"], "--root"),
+    (["reduce_scatter", "--algo", "ring"], "unrecognized"),
+    (["allreduce", "--size", "2T"], "1 TiB"),
+    (["allreduce", "--json", "/nonexistent-dir/x.json"], "does not exist"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_input_one_line_exit_2(argv, message):
+    p = run_cli(*argv)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["allreduce", "--algo", "ps", "--servers", "3"], "--servers"),  # 3 servers of 2 ranks
+    (["broadcast", "--root", "2"], "--root"),
+    (["allreduce", "-d", "int7"], "--dtype"),
+])
+def test_bad_input_under_mpiexec_is_the_same_on_every_rank(argv, message):
+    p = run_cli(*argv, nranks=2, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], p.stderr  # rank 0 alone says it, once
+
+
+def test_huge_size_is_refused_before_allocating():
+    p = run_cli("allreduce", "--size", "900G", "-n", "1")
+    assert p.returncode == 2 and "host memory" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def _ns(**kw) -> argparse.Namespace:
+    base = {"size": None, "min_bytes": None, "max_bytes": None, "step_factor": 1.0, "step_bytes": "1M"}
+    return argparse.Namespace(**(base | kw))
+
+
+def test_sweep_sizes_like_nccl_tests():
+    assert sweep_sizes(_ns()) == [32 * 2**20]
+    x4 = sweep_sizes(_ns(min_bytes="8", max_bytes="64M", step_factor=4.0))
+    assert x4[0] == 8 and x4[-1] == 32 * 2**20 and len(x4) == 12  # 8 * 4^12 > 64M, as in nccl-tests
+    assert sweep_sizes(_ns(min_bytes="1M", max_bytes="3M")) == [2**20, 2 * 2**20, 3 * 2**20]
+    assert sweep_sizes(_ns(size="8,4K,100MB")) == [8, 4096, 100_000_000]
+
+
+@settings(max_examples=200, deadline=None)
+@given(lo=st.text(max_size=8), hi=st.text(max_size=8), f=st.floats(allow_nan=True))
+def test_sweep_sizes_fuzz(lo, hi, f):
+    try:
+        sizes = sweep_sizes(_ns(min_bytes=lo, max_bytes=hi, step_factor=f))
+    except UsageError:
+        return
+    assert sizes and all(s > 0 for s in sizes) and sizes == sorted(sizes)
+
+
+def test_mpiexec_is_the_venvs():
+    assert MPIEXEC.exists()
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("command", ["allreduce", "reduce_scatter", "allgather", "broadcast"])
+def test_nccl_one_rank_exact(tmp_path, command):
+    out = tmp_path / "n.json"
+    ops = ["-o", "all"] if command in ("allreduce", "reduce_scatter") else []
+    p = run_cli(command, "--backend", "nccl", "-b", "8", "-e", "64M", "-f", "8", "-d", "all", *ops, "-c", "1",
+                "-n", "5", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = _json_rows(out)
+    _all_correct(rows, 5)
+    assert {r["backend"] for r in rows} == {"nccl"}
