@@ -409,3 +409,14 @@ def test_fuzzed_phases_and_fits_fail_only_with_usage_errors():
             pass
 
     check()
+
+
+@pytest.mark.mpi
+def test_cli_predict_under_mpiexec_prints_once(tmp_path, phases_file):
+    # env.collect() holds a collective: every rank must reach it, or rank 0 waits forever
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--phases", str(phases_file), "--alpha", "5", "--bandwidth", "6", "--workers", "1,4",
+                "--strategy", "wfbp", "--json", str(out), nranks=2, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("gdlbench predict: alexnet") == 1
+    assert json.loads(out.read_text())["env"]["world_size"] == 2

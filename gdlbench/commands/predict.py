@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
-    report = Report("predict", vars(args), env.collect() if is_root else {},
+    env_info = env.collect()  # on every rank: it holds a collective (the node split), cached after
+    report = Report("predict", vars(args), env_info if is_root else {},
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
                     rows=rows, summary=summary,
                     notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
