@@ -291,3 +291,10 @@ def test_fuzzed_attribute_values_fail_only_with_usage_errors():
         assert all(min(lay.out_shape) >= 1 for lay in net.layers)
 
     check()
+
+
+def test_comment_keys_are_ignored():
+    spec = json.loads(json.dumps(TINY))
+    spec["_comment"] = "a note"
+    spec["layers"][0]["#why"] = "the stem"
+    assert load_network(spec).params == load_network(TINY).params
