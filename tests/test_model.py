@@ -396,7 +396,7 @@ def test_fuzzed_phases_and_fits_fail_only_with_usage_errors():
     doc = st.fixed_dictionaries({"rows": st.one_of(st.lists(row, max_size=4), json_values)},
                                 optional={"args": json_values, "summary": json_values, "env": json_values})
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(st.one_of(doc, json_values))
     def check(d):
         try:
