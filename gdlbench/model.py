@@ -27,7 +27,9 @@ The phases JSON that `Phases.load` reads (what `gdlbench iteration --json` write
      "rows": [{"phase": "io" | "h2d" | "forward" | "backward" | "update" | "comm",
                "time_us": 1234.5},                                     # one row per phase
               {"layer": "conv1", "phase": "forward" | "backward", "time_us": 12.3}, ...]}
-Rows with a "layer" are per-layer times; rows without are the phase totals. When a phase has
+Rows with a "layer" are per-layer times (per-layer comm rows are ignored: the model costs the
+messages itself, or takes measured ones through predict_iteration's message_costs_us); rows
+without are the phase totals. When a phase has
 several rows (one per strategy, say), the first one counts. Missing phases count 0, except
 forward and backward: at least the totals or the per-layer rows must be there. Per-layer
 backward times give the shape of the gradients' ready times and are scaled to the backward total;

@@ -11,7 +11,7 @@ A network spec is a plain dict (a JSON file, or a Python module that builds the 
         {"name": "cat", "type": "concat", "inputs": ["a", "b"]},   # "data" names the input
         ...]}
 
-Layer types and their attributes (defaults in brackets; kernel/stride/pad/dilation take an int
+Keys starting with "_" or "#" are comments, ignored. Layer types and their attributes (defaults in brackets; kernel/stride/pad/dilation take an int
 or [h, w]):
   conv            out_channels, kernel, stride [1], pad [0], dilation [1], groups [1], bias [true]
   fc              out_features, bias [true]        (flattens its input, as Caffe's InnerProduct)
@@ -300,10 +300,16 @@ def _infer(where: str, ltype: str, attrs: dict, shapes: list[tuple[int, int, int
     return (c, h, w), [], 0  # relu, lrn, dropout: shape-preserving
 
 
+def _is_comment(key: Any) -> bool:
+    """JSON has no comments: keys starting with '_' or '#' are notes, ignored."""
+    return isinstance(key, str) and key.startswith(("_", "#"))
+
+
 def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Layer]]:
     if not isinstance(spec, dict):
         raise UsageError(f"{origin}: a network spec is an object with 'name', 'input' and 'layers'")
-    unknown = sorted(set(spec) - {"name", "input", "layers", "description", "source", "published"})
+    unknown = sorted(k for k in set(spec) - {"name", "input", "layers", "description", "source", "published"}
+                     if not _is_comment(k))
     if unknown:
         raise UsageError(f"{origin}: unknown key(s) {', '.join(unknown)} (name, input, layers, "
                          "description, source, published)")
@@ -350,7 +356,8 @@ def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Laye
                 raise UsageError(f"{where}: input {src!r} " + (
                     "comes later in the list (layers must be in topological order)" if later
                     else "is not a layer defined before it (or 'data')"))
-        attrs = _normalise_attrs(where, ltype, {k: v for k, v in raw.items() if k not in ("name", "type", "inputs")})
+        attrs = _normalise_attrs(where, ltype, {k: v for k, v in raw.items()
+                                                if k not in ("name", "type", "inputs") and not _is_comment(k)})
         shapes = [input_shape if j < 0 else layers[j].out_shape for j in idx]
         out, pshapes, macs = _infer(where, ltype, attrs, shapes)
         index[lname] = len(layers)

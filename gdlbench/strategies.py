@@ -127,14 +127,50 @@ PRESETS: dict[str, Strategy] = {s.name: s for s in (
 )}
 
 
+def load_strategy(path: str) -> Strategy:
+    """A user's strategy from a JSON file: the Strategy fields, e.g.
+    {"name": "my-ddp", "overlap": "wfbp", "bucket_bytes": 52428800, "assumptions": "..."}."""
+    import json
+    from dataclasses import fields
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--strategy {path}: no such file")
+    try:
+        doc = json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--strategy {path}: not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--strategy {path}: expected an object with the Strategy fields")
+    known = {f.name for f in fields(Strategy)}
+    unknown = sorted(set(doc) - known - {"describe"})
+    if unknown:
+        raise UsageError(f"--strategy {path}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    doc = {k: v for k, v in doc.items() if k != "describe"}
+    doc.setdefault("name", p.stem)
+    types = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
+             "bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
+             "assumptions": str, "source": str}
+    for k, v in doc.items():
+        if not isinstance(v, types[k]) or (isinstance(v, bool) and types[k] is not bool):
+            raise UsageError(f"--strategy {path}: {k} has the wrong type ({v!r})")
+    doc.setdefault("source", str(path))
+    return Strategy(**doc)
+
+
 def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | None = None) -> list[Strategy]:
-    """'all', one preset name, or a comma-separated list. bucket_bytes / servers override the
-    presets that fuse / use servers."""
+    """'all', one preset name, or a comma-separated list (an item ending in .json is a user's
+    strategy file, see load_strategy). bucket_bytes / servers override the presets that fuse /
+    use servers."""
     names = list(PRESETS) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
     if not names:
         raise UsageError("--strategy: give a preset name, a comma-separated list or 'all'")
     out = []
     for name in names:
+        if name.endswith(".json"):
+            out.append(load_strategy(name))
+            continue
         if name not in PRESETS:
             raise UsageError(f"--strategy: unknown strategy {name!r} (known: {', '.join(PRESETS)}, all)")
         s = PRESETS[name]

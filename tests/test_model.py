@@ -396,7 +396,7 @@ def test_fuzzed_phases_and_fits_fail_only_with_usage_errors():
     doc = st.fixed_dictionaries({"rows": st.one_of(st.lists(row, max_size=4), json_values)},
                                 optional={"args": json_values, "summary": json_values, "env": json_values})
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(st.one_of(doc, json_values))
     def check(d):
         try:
@@ -409,3 +409,29 @@ def test_fuzzed_phases_and_fits_fail_only_with_usage_errors():
             pass
 
     check()
+
+
+@pytest.mark.mpi
+def test_cli_predict_under_mpiexec_prints_once(tmp_path, phases_file):
+    # env.collect() holds a collective: every rank must reach it, or rank 0 waits forever
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--phases", str(phases_file), "--alpha", "5", "--bandwidth", "6", "--workers", "1,4",
+                "--strategy", "wfbp", "--json", str(out), nranks=2, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("gdlbench predict: alexnet") == 1
+    assert json.loads(out.read_text())["env"]["world_size"] == 2
+
+
+def test_user_strategy_file(tmp_path):
+    path = tmp_path / "my-ddp.json"
+    path.write_text(json.dumps({"overlap": "wfbp", "bucket_bytes": 96, "assumptions": "mine"}))
+    (s,) = get_strategies(str(path))
+    assert (s.name, s.overlap, s.bucket_bytes, s.source) == ("my-ddp", "wfbp", 96, str(path))
+    assert predict_iteration(NET3, PH3, RING, s, 2).t_iter_us == pytest.approx(2 + 30 + 106 + 3)
+    for doc, message in (({"overlap": "wfbp", "bucket": 3}, "unknown field"), ({"io_prefetch": 1}, "wrong type"),
+                         ({"overlap": "later"}, "overlap"), ([1], "expected an object")):
+        path.write_text(json.dumps(doc))
+        with pytest.raises(UsageError, match=message):
+            get_strategies(str(path))
+    with pytest.raises(UsageError, match="no such file"):
+        get_strategies(str(tmp_path / "none.json"))

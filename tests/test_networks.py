@@ -257,7 +257,7 @@ def test_fuzzed_specs_fail_only_with_usage_errors():
                                   "input": st.one_of(st.just([3, 16, 16]), values),
                                   "layers": st.one_of(st.lists(layer, max_size=5), values)})
 
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=150, deadline=None)
     @given(spec)
     def check(s):
         try:
@@ -278,7 +278,7 @@ def test_fuzzed_attribute_values_fail_only_with_usage_errors():
     keys = st.sampled_from(["out_channels", "kernel", "stride", "pad", "dilation", "groups", "bias", "out_features",
                             "ceil_mode", "size", "alpha", "ratio", "inputs", "type", "name"])
 
-    @settings(max_examples=400, deadline=None)
+    @settings(max_examples=200, deadline=None)
     @given(st.integers(0, len(TINY["layers"]) - 1), keys, values)
     def check(i, key, value):
         spec = json.loads(json.dumps(TINY))
@@ -291,3 +291,10 @@ def test_fuzzed_attribute_values_fail_only_with_usage_errors():
         assert all(min(lay.out_shape) >= 1 for lay in net.layers)
 
     check()
+
+
+def test_comment_keys_are_ignored():
+    spec = json.loads(json.dumps(TINY))
+    spec["_comment"] = "a note"
+    spec["layers"][0]["#why"] = "the stem"
+    assert load_network(spec).params == load_network(TINY).params

@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         title, columns, summary = "gdlbench nets", NET_COLUMNS, {}
     caption = ("MACs: forward multiply-adds per sample of conv and fc layers (FLOPs = 2 x MACs); "
                "params: learnable (BN: scale and shift; running statistics excluded); MB = 1e6 bytes")
-    report = Report("nets", vars(args), {}, {"clock": "none", "region": "no timing: counts from the specs",
+    env_info = env.collect()  # every rank: it holds a collective (the node split)
+    report = Report("nets", vars(args), env_info if is_root else {}, {"clock": "none", "region": "no timing: counts from the specs",
                                             "rank_reduction": "none"}, rows=rows, summary=summary)
     if is_root:
         print_table(title, columns, rows, caption=caption)

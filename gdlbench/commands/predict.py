@@ -44,7 +44,8 @@ COLUMNS = [
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--net", help="network: a built-in name or a .json/.py spec (default: the phases' net)")
     p.add_argument("--workers", default=DEFAULT_WORKERS, help=f"worker counts N (default {DEFAULT_WORKERS})")
-    p.add_argument("--strategy", default="all", help="a preset, a comma-separated list, or all (default)")
+    p.add_argument("--strategy", default="all",
+                   help="a preset, a comma-separated list, a strategy .json file, or all (default)")
     p.add_argument("--phases", metavar="FILE", help="measured phases: a saved `gdlbench iteration --json` file")
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="communication model: a saved `gdlbench allreduce --json` file with its fit")
@@ -162,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
-    report = Report("predict", vars(args), env.collect() if is_root else {},
+    env_info = env.collect()  # on every rank: it holds a collective (the node split), cached after
+    report = Report("predict", vars(args), env_info if is_root else {},
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
                     rows=rows, summary=summary,
                     notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
