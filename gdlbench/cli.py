@@ -102,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import env
 
     rank, size = env.rank(), env.world().Get_size()
+    env.local_ranks()  # a collective (cached): every rank takes part now, so rank 0 alone may ask later
     warning = env.launcher_mismatch()
     if warning:
         print(warning, file=sys.stderr, flush=True)
