@@ -88,7 +88,7 @@ print("OK")
 def test_cli_two_ranks_compares_strategies(tmp_path):
     out = tmp_path / "it2.json"
     p = run_cli("iteration", "--net", MLP, "--batch", "4", "--no-io", "--strategy", "serial,wfbp,wfbp-fusion",
-                "--iters", "2", "--warmup", "0", "--json", str(out), nranks=2)
+                "--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(out), nranks=2)
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     assert doc["env"]["world_size"] == 2
