@@ -55,7 +55,8 @@ def main() -> None:
         it = json.loads(it_json.read_text())
         pred_json = out / f"predict-{net}.json"
         run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), "--from", str(fit_json),
-             "--workers", str(args.ranks), "--strategy", args.strategy, "--json", str(pred_json)])
+             "--workers", str(args.ranks), "--strategy", args.strategy, "--algo", "library",
+             "--json", str(pred_json)])  # the executor sends all-reduce messages with MPI_Allreduce
         pred = {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"] if r.get("workers") == args.ranks}
         for r in it["rows"]:
             if r["phase"] != "iteration":

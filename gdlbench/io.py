@@ -209,3 +209,27 @@ def time_read(dataset: Dataset, batch: int = 64, threads: int = 4, decode: bool 
               "released)" if decode else "") + "; files in the page cache")
     return IoResult(len(paths), batch, threads, decode, dataset.mean_bytes, dataset.size,
                     Measurement(samples, "steady-clock", region), sizes)
+
+
+class BatchReader:
+    """Reads (and decodes) the next batch of the dataset with a pool of threads, batch after
+    batch: the loader of the composed iteration, which calls read_next() on its prefetch thread."""
+
+    def __init__(self, dataset: Dataset, batch: int, threads: int = 4, decode: bool = True) -> None:
+        if batch < 1 or threads < 1:
+            raise UsageError("io: need batch >= 1 and threads >= 1")
+        self.dataset = dataset  # keeps a temporary dataset's directory alive
+        self.paths = dataset.paths()
+        self.batch = batch
+        self.work = _read_decode if decode else _read
+        self.pool = ThreadPoolExecutor(max_workers=threads)
+        self.pos = 0
+
+    def read_next(self) -> int:
+        """Bytes read for the next batch."""
+        batch_paths = [self.paths[(self.pos + i) % len(self.paths)] for i in range(self.batch)]
+        self.pos = (self.pos + self.batch) % len(self.paths)
+        return sum(self.pool.map(self.work, batch_paths))
+
+    def close(self) -> None:
+        self.pool.shutdown()

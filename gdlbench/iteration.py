@@ -198,16 +198,17 @@ class Iteration:
         self.comm = comm or MPI.COMM_WORLD
         self.progress = progress or (lambda _msg: None)
 
-    def _io_reader(self) -> tuple[Callable[[], None] | None, Measurement | None]:
+    def _io_reader(self):
+        """(the loader the composed iteration calls, t_io measured alone), or (None, None)."""
         if not self.io:
             return None, None
         from . import io as gio
 
-        dataset = gio.Dataset.ensure(self.io_dir, images=max(64, 2 * self.batch))
+        dataset = gio.Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
         threads = self.io_threads or self.threads
-        reader = gio.BatchReader(dataset, self.batch, threads=threads, decode=True)
-        meas = reader.time(iters=self.iters, warmup=self.warmup)
-        return reader.read_next, meas
+        alone = gio.time_read(dataset, self.batch, threads=threads, decode=True, iters=self.iters,
+                              warmup=self.warmup).measurement
+        return gio.BatchReader(dataset, self.batch, threads=threads, decode=True), alone
 
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)
@@ -226,7 +227,8 @@ class Iteration:
                            "forward": Measurement(f, "steady-clock", "the layer's forward alone"),
                            "backward": Measurement(b, "steady-clock", "the layer's backward (weights + data) alone")})
         phases: dict[str, Measurement] = {}
-        io_fn, io_meas = self._io_reader()
+        reader, io_meas = self._io_reader()
+        io_fn = reader.read_next if reader else None
         if io_meas is not None:
             phases["io"] = io_meas
         phases["h2d"] = Measurement(net.time_h2d(**plan), "steady-clock", "memcpy of the batch into the input buffer (CPU stand-in for H2D)")
@@ -248,6 +250,8 @@ class Iteration:
             pred = predict_iteration(self.net, model_phases, None, executed, self.comm.Get_size(),
                                      message_costs_us=[m.median for m in msg])
             result.runs.append(StrategyRun(strategy, mplan, msg, composed, trace, pred))
+        if reader:
+            reader.close()
         return result
 
 
