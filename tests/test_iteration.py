@@ -108,3 +108,14 @@ def test_iteration_bad_input(argv, message):
     p = run_cli("iteration", *argv, "--no-io")
     assert p.returncode == 2, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr
+
+
+def test_iteration_with_io_prefetch(tmp_path):
+    r = Iteration(MLP, batch=2, device="cpu", strategy="serial,prefetch", iters=2, warmup=0, io=True,
+                  io_dir=str(tmp_path)).measure()
+    assert r.phases["io"].median > 0
+    assert (tmp_path / "gdlbench-dataset.json").exists()
+    serial, prefetch = r.runs
+    # without prefetch the iteration waits for the whole read; with it, only for what is left
+    assert serial.trace["io_wait_end_us"] > 0
+    assert prefetch.prediction.io_us <= serial.prediction.io_us
