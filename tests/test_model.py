@@ -286,7 +286,7 @@ def test_cli_predict_from_fit_and_plots(tmp_path, phases_file, capsys):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ([], "--phases FILE is needed"),
+    ([], "give --phases FILE"),
     (["--phases", "PH"], "no communication model"),
     (["--phases", "PH", "--alpha", "1"], "one of --beta"),
     (["--phases", "PH", "--beta", "1e-4"], "--alpha"),
@@ -305,6 +305,7 @@ def test_cli_predict_from_fit_and_plots(tmp_path, phases_file, capsys):
     (["--phases", "BAD", "--alpha", "1", "--beta", "1"], "not valid JSON"),
     (["--phases", "PH", "--alpha", "1", "--beta", "1", "--json", "/nonexistent-dir/x.json"], "does not exist"),
     (["--phases", "PH", "--alpha", "1", "--beta", "1", "--plot-strategy", "wfbp"], "--plot-timeline"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--batch", "4"], "--batch goes without --phases"),
 ])
 def test_cli_predict_bad_input_exit_2(tmp_path, phases_file, capsys, extra, message):
     (tmp_path / "bad.json").write_text("{oops")
@@ -435,3 +436,18 @@ def test_user_strategy_file(tmp_path):
             get_strategies(str(path))
     with pytest.raises(UsageError, match="no such file"):
         get_strategies(str(tmp_path / "none.json"))
+
+
+def test_cli_predict_measures_the_phases_on_the_spot(tmp_path):
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    mlp = str(Path(__file__).parent / "data" / "mlp.json")
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--net", mlp, "--batch", "2", "--device", "cpu", "--workers", "1,4", "--alpha", "5",
+                "--bandwidth", "10", "--strategy", "serial", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["phases"]["source"].startswith("measured on the spot")
+    assert [r["workers"] for r in doc["rows"]] == [1, 4]

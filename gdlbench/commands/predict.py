@@ -46,7 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", default=DEFAULT_WORKERS, help=f"worker counts N (default {DEFAULT_WORKERS})")
     p.add_argument("--strategy", default="all",
                    help="a preset, a comma-separated list, a strategy .json file, or all (default)")
-    p.add_argument("--phases", metavar="FILE", help="measured phases: a saved `gdlbench iteration --json` file")
+    p.add_argument("--phases", metavar="FILE",
+                   help="measured phases: a saved `gdlbench iteration --json` file (default: measure them "
+                        "on the spot, on this machine, with --batch)")
+    p.add_argument("--batch", type=int, help="per-worker batch when the phases are measured on the spot")
+    p.add_argument("--device", default="auto", help="device for phases measured on the spot (auto, cpu, cuda)")
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="communication model: a saved `gdlbench allreduce --json` file with its fit")
     p.add_argument("--algo", help="all-reduce algorithm: ring (default), recursive_doubling, tree; "
@@ -105,13 +109,31 @@ def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None =
                      "or --from a saved `gdlbench allreduce --json` file")
 
 
+def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
+    """The phases of one serial iteration measured here, on this rank's device and threads."""
+    import sys
+
+    from ..iteration import Iteration
+
+    def say(msg: str) -> None:
+        if env.rank() == 0:
+            print(f"gdlbench predict: measuring the phases: {msg}", file=sys.stderr, flush=True)
+
+    result = Iteration(args.net, args.batch, args.device, "serial", iters=3, warmup=1, progress=say).measure()
+    phases = result.phases_model()
+    phases.source = f"measured on the spot ({result.device}, {result.threads} threads, batch {result.batch})"
+    return phases
+
+
 def run(args: argparse.Namespace) -> int:
     workers = parse_int_list(args.workers, "--workers")
     if max(workers) > 1_000_000:
         raise UsageError(f"--workers: at most 1,000,000, got {max(workers)}")
-    if not args.phases:
-        raise UsageError("--phases FILE is needed: a saved `gdlbench iteration --json` report "
-                         "(measuring the phases on the spot is not available yet)")
+    if not args.phases and not args.net:
+        raise UsageError("give --phases FILE (a saved `gdlbench iteration --json` report) or --net NAME "
+                         "to measure the phases on the spot")
+    if args.batch is not None and (args.phases or args.batch < 1):
+        raise UsageError("--batch goes without --phases and must be >= 1")
     if args.servers is not None and args.servers < 1:
         raise UsageError(f"--servers must be >= 1, got {args.servers}")
     if args.plot_workers is not None and args.plot_workers < 1:
@@ -136,8 +158,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..model import _read_json
 
-    doc = _read_json(args.phases, "--phases")
-    phases = Phases.from_dict(doc, source=args.phases)
+    if args.phases:
+        doc = _read_json(args.phases, "--phases")
+        phases = Phases.from_dict(doc, source=args.phases)
+    else:
+        doc = {}
+        phases = _measure_on_the_spot(args)
     net_name = args.net or phases.net
     if not net_name:
         raise UsageError(f"--net is needed: {args.phases} does not name its network (args.net)")
