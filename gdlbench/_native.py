@@ -6,10 +6,10 @@ import importlib.util
 import os
 
 # OpenMP (element-wise kernels) and OpenBLAS (GEMM) keep separate thread pools on the same cores.
-# Spinning idle threads of one pool steal whole scheduler slices from the other (layers then take
-# multiples of ~4-8 ms), so idle threads sleep at once. Read when the libraries load, hence here.
+# Spinning idle OpenMP threads steal whole scheduler slices from OpenBLAS's (layers then take
+# multiples of ~4-8 ms), so they sleep at once. libgomp reads this when it loads, hence here.
+# (OPENBLAS_THREAD_TIMEOUT stays at its default: a short one made skinny GEMMs 3x slower.)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from mpi4py import MPI  # noqa: E402  -- loads libmpi first, so _core binds to the same library
 
