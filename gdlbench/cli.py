@@ -60,7 +60,8 @@ def check_common(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="gdlbench", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = ArgumentParser(prog="gdlbench", description="Every phase of a data-parallel SGD iteration, timed with "
+                            "real kernels and held against analytic models. `gdlbench COMMAND --help` for each.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
