@@ -16,31 +16,6 @@ namespace py = pybind11;
 
 namespace gdl::bind {
 
-cpu::LayerSpec spec_from_dict(const py::dict& d, int batch) {
-  cpu::LayerSpec s;
-  s.name = d.contains("name") ? py::str(d["name"]).cast<std::string>() : "layer";
-  GDL_REQUIRE(d.contains("type"), "layer spec ", s.name, ": no 'type'");
-  s.type = d["type"].cast<std::string>();
-  if (d.contains("inputs")) s.inputs = d["inputs"].cast<std::vector<int>>();
-  GDL_REQUIRE(d.contains("in_shapes") && d.contains("out_shape"), "layer spec ", s.name,
-              ": needs 'in_shapes' and 'out_shape'");
-  s.in_shapes = d["in_shapes"].cast<std::vector<cpu::Shape>>();
-  s.out_shape = d["out_shape"].cast<cpu::Shape>();
-  if (d.contains("param_shapes")) s.param_shapes = d["param_shapes"].cast<std::vector<cpu::Shape>>();
-  if (d.contains("attrs")) {
-    for (auto kv : d["attrs"].cast<py::dict>()) {
-      const auto key = py::str(kv.first).cast<std::string>();
-      if (py::isinstance<py::bool_>(kv.second) || py::isinstance<py::int_>(kv.second) ||
-          py::isinstance<py::float_>(kv.second))
-        s.attrs[key] = kv.second.cast<double>();  // non-numeric attributes are for people, not kernels
-    }
-  }
-  GDL_REQUIRE(!s.in_shapes.empty(), "layer spec ", s.name, ": no inputs");
-  GDL_REQUIRE(batch >= 1, "batch must be >= 1, got ", batch);
-  s.batch = batch;
-  return s;
-}
-
 namespace {
 
 // A layer with its own buffers, filled with gdlbench's test data (common/fill.h).
