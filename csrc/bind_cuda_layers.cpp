@@ -60,6 +60,7 @@ class CudaLayerBench {
       dx_.push_back(device_floats(n));
       counts_.push_back(n);
       upload(x_.back()->data(), host_fill(n, 11 + i).data(), n);
+      CUDA_CHECK(cudaMemset(dx_.back()->data(), 0, std::size_t(n) * sizeof(float)));  // timed passes add into it
     }
     y_ = device_floats(layer_->out_count());
     dy_ = device_floats(layer_->out_count());

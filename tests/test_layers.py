@@ -229,6 +229,20 @@ def test_cuda_layer_matches_cpu(sp, batch, xs, params, labels, fn):
 
 
 @requires_gpu
+@pytest.mark.parametrize("sp, batch, xs, params, labels, fn", [c for c in CASES if "pool" in c.values[0]["type"]
+                                                               and c.values[0]["type"] != "global_avgpool"])
+def test_cuda_own_pooling_kernels_match_cpu(sp, batch, xs, params, labels, fn):
+    """attrs.impl = 1 forces gdlbench's kernels where cuDNN would run (they serve Caffe's ceil mode)."""
+    rng = np.random.default_rng(99)
+    dy = rand(rng, batch, *sp["out_shape"])
+    forced = {**sp, "attrs": {**sp["attrs"], "impl": 1}}
+    cpu = run_layer(_core, sp, batch, xs, dy)
+    gpu = run_layer(_cuda, forced, batch, xs, dy)
+    close(gpu[0], cpu[0], "forward")
+    close(gpu[1][0], cpu[1][0], "dx")
+
+
+@requires_gpu
 def test_cuda_layer_types_cover_cpu():
     assert set(_core.layer_types()) - {"conv"} <= set(_cuda.layer_types())
 
