@@ -89,8 +89,8 @@ def copy(size: int, direction: str = "h2d", memory: str = "pinned", device: str 
         return CopyResult(direction, "host", int(size), copies, "cpu", threads, meas, int(wrong), CPU_NOTE)
     cuda = require_cuda()
     hostmem.require_device(cuda, (2 if direction == "d2d" else 1) * size, "copy")
-    if direction != "d2d":
-        hostmem.require_host(size, "copy")
+    # host: the reference pattern, the pinned/pageable buffer (not d2d), a read-back buffer (not d2h)
+    hostmem.require_host((2 if direction != "h2d" else 3) * size, "copy")
     samples, wrong = cuda.copy_bench(direction, memory == "pinned", int(size), copies, warmup, iters)
     kind = {"h2d": "HostToDevice", "d2h": "DeviceToHost", "d2d": "DeviceToDevice"}[direction]
     meas = Measurement(samples, "cuda-events",

@@ -69,7 +69,8 @@ def cases():
     add("global_avgpool", spec("global_avgpool", [(5, 7, 7)], (5, 1, 1)), 3, [rand(rng, 3, 5, 7, 7)],
         fn=lambda x, dy: (lambda r: (r[0].reshape(dy.shape), r[1], r[2]))(ref.global_avgpool(x, dy)))
     for size, c in ((5, 8), (3, 2), (5, 3)):
-        a = dict(size=size, alpha=1e-2, beta=0.75, k=2.0)  # alpha larger than AlexNet's 1e-4: tests the cross term
+        # alpha larger than AlexNet's 1e-4 tests the cross term; beta 0.75 takes the sqrt path, 0.6 pow
+        a = dict(size=size, alpha=1e-2, beta=0.75 if size == 5 else 0.6, k=2.0)
         add(f"lrn-size{size}-c{c}", spec("lrn", [(c, 4, 5)], (c, 4, 5), a), 2, [rand(rng, 2, c, 4, 5, scale=3)],
             fn=lambda x, dy, a=a: ref.lrn(x, dy, a["size"], a["alpha"], a["beta"], a["k"]))
     add("bn-chw", spec("bn", [(4, 3, 5)], (4, 3, 5), {"eps": 1e-5}, [(4,), (4,)]), 3,
@@ -225,6 +226,20 @@ def test_cuda_layer_matches_cpu(sp, batch, xs, params, labels, fn):
         close(g, c, f"dx[{i}]")
     for i, (g, c) in enumerate(zip(gpu[2], cpu[2], strict=True)):
         close(g, c, f"dw[{i}]")
+
+
+@requires_gpu
+@pytest.mark.parametrize("sp, batch, xs, params, labels, fn", [c for c in CASES if "pool" in c.values[0]["type"]
+                                                               and c.values[0]["type"] != "global_avgpool"])
+def test_cuda_own_pooling_kernels_match_cpu(sp, batch, xs, params, labels, fn):
+    """attrs.impl = 1 forces gdlbench's kernels where cuDNN would run (they serve Caffe's ceil mode)."""
+    rng = np.random.default_rng(99)
+    dy = rand(rng, batch, *sp["out_shape"])
+    forced = {**sp, "attrs": {**sp["attrs"], "impl": 1}}
+    cpu = run_layer(_core, sp, batch, xs, dy)
+    gpu = run_layer(_cuda, forced, batch, xs, dy)
+    close(gpu[0], cpu[0], "forward")
+    close(gpu[1][0], cpu[1][0], "dx")
 
 
 @requires_gpu
