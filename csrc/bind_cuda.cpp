@@ -19,6 +19,14 @@ namespace py = pybind11;
 using namespace gdl;
 using gdl::bind::as_ptr;
 
+namespace gdl::bind {
+MPI_Comm get_comm(py::handle comm) {
+  MPI_Comm* c = PyMPIComm_Get(comm.ptr());
+  if (!c) throw py::error_already_set();
+  return *c;
+}
+}  // namespace gdl::bind
+
 namespace {
 
 py::dict versions() {
@@ -129,4 +137,5 @@ PYBIND11_MODULE(_cuda, m) {
 
   gdl::bind::bind_cuda_nccl(m);
   gdl::bind::bind_cuda_layers(m);
+  gdl::bind::bind_cuda_net(m);
 }

@@ -4,7 +4,6 @@
 #include <pybind11/stl.h>
 
 #include <mpi.h>
-#include <mpi4py/mpi4py.h>
 
 #include "bind_cuda.h"
 #include "cuda/nccl.h"
@@ -13,22 +12,14 @@ namespace py = pybind11;
 
 namespace gdl::bind {
 
-static MPI_Comm nccl_mpi_comm(py::handle o) {
-  MPI_Comm* c = PyMPIComm_Get(o.ptr());
-  if (!c) throw py::error_already_set();
-  return *c;
-}
-
 void bind_cuda_nccl(py::module_& m) {
-  // mpi4py's C API lives in per-translation-unit pointers: import it here too.
-  if (import_mpi4py() < 0) throw py::error_already_set();
   m.def(
       "nccl_bench",
       [](py::object comm, const std::string& collective, std::size_t count, const std::string& dtype,
          const std::string& op, bool inplace, int root, int warmup, int iters, int check_iters, double timeout_s) {
         const auto t = comm::parse_dtype(dtype);
         const auto o = comm::parse_op(op);
-        MPI_Comm c = nccl_mpi_comm(comm);
+        MPI_Comm c = get_comm(comm);
         cuda::NcclBenchResult r;
         {
           py::gil_scoped_release nogil;
@@ -45,13 +36,13 @@ void bind_cuda_nccl(py::module_& m) {
       [](py::object comm, uintptr_t ptr, std::size_t count, const std::string& dtype, const std::string& op) {
         const auto t = comm::parse_dtype(dtype);
         const auto o = comm::parse_op(op);
-        MPI_Comm c = nccl_mpi_comm(comm);
+        MPI_Comm c = get_comm(comm);
         py::gil_scoped_release nogil;
         cuda::nccl_allreduce(as_ptr(ptr), count, t, o, c);
       },
       py::arg("comm"), py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
       "In-place ncclAllReduce of count elements at a device pointer over the ranks of comm.");
-  m.def("nccl_device", [](py::object comm) { return cuda::nccl_device(nccl_mpi_comm(comm)); }, py::arg("comm"),
+  m.def("nccl_device", [](py::object comm) { return cuda::nccl_device(get_comm(comm)); }, py::arg("comm"),
         "The device this rank uses: local rank modulo the visible devices.");
 }
 

@@ -29,7 +29,6 @@ class Net {
   int64_t param_count() const { return static_cast<int64_t>(params_.size()); }
   int64_t layer_param_offset(int l) const { return param_offset_.at(l); }
   int layers() const { return static_cast<int>(layers_.size()); }
-  const std::vector<float>& params() const { return params_; }
   const std::vector<float>& grads() const { return grads_; }
 
   // Phases in isolation: one sample vector per layer (forward; backward = params + data).

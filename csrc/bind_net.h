@@ -1,0 +1,116 @@
+// The Python class of an iteration executor (cpu::Net in _core, cuda::Net in _cuda): one binding
+// for both, so they keep the same Python interface. The backend supplies how messages are sent.
+#pragma once
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bind_layer_spec.h"
+#include "bind_mpi.h"
+#include "common/iteration.h"
+#include "common/timer.h"
+
+namespace gdl::bind {
+
+using MessageList = std::vector<std::tuple<int64_t, int64_t, int>>;  // (offset, count, ready_after)
+
+inline std::vector<Message> to_messages(const MessageList& v) {
+  std::vector<Message> out;
+  for (const auto& [offset, count, ready_after] : v) out.push_back({offset, count, ready_after});
+  return out;
+}
+
+inline py::dict trace_dict(const IterationTrace& t) {
+  py::dict d;
+  d["io_wait_end_us"] = t.io_wait_end;
+  d["h2d_end_us"] = t.h2d_end;
+  d["forward_end_us"] = t.forward_end;
+  d["backward_end_us"] = t.backward_end;
+  d["comm_end_us"] = t.comm_end;
+  d["update_end_us"] = t.update_end;
+  d["layer_backward_end_us"] = t.layer_backward_end;
+  d["message_start_us"] = t.message_start;
+  d["message_end_us"] = t.message_end;
+  return d;
+}
+
+// Messages(net, plan, msgs, algo, servers, comm) -> per-message samples;
+// Iterate(net, plan, msgs, overlap, algo, servers, comm, io, prefetch, sgd, trace*) -> samples.
+// Both run with the GIL released; io takes it back on its own thread.
+template <class NetT, class Messages, class Iterate>
+void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate iterate) {
+  py::class_<NetT>(m, "Net", doc)
+      .def(py::init([](const py::list& specs, int batch) {
+             std::vector<LayerSpec> v;
+             for (auto s : specs) v.push_back(spec_from_dict(s.cast<py::dict>(), batch));
+             py::gil_scoped_release nogil;  // buffers are allocated and touched here
+             return std::make_unique<NetT>(std::move(v), batch);
+           }),
+           py::arg("specs"), py::arg("batch"))
+      .def_property_readonly("param_count", &NetT::param_count)
+      .def("layer_param_offset", &NetT::layer_param_offset, py::arg("layer"))
+      .def("forward_backward", [](NetT& n) {
+        py::gil_scoped_release nogil;
+        n.forward();
+        n.backward();
+      }, "One untimed forward and backward pass (gradients land in grads()).")
+      .def("grads", [](const NetT& n) {
+        const std::vector<float> g = n.grads();
+        return py::array_t<float>(g.size(), g.data());
+      }, "A copy of the flat gradient buffer.")
+      .def("time_forward", [](NetT& n, int warmup, int iters) {
+        py::gil_scoped_release nogil;
+        return n.time_forward(TimingPlan{warmup, iters});
+      }, py::arg("warmup"), py::arg("iters"), "Per layer: forward samples (us), each layer alone.")
+      .def("time_backward", [](NetT& n, int warmup, int iters) {
+        py::gil_scoped_release nogil;
+        return n.time_backward(TimingPlan{warmup, iters});
+      }, py::arg("warmup"), py::arg("iters"), "Per layer: backward (weights + data) samples (us).")
+      .def("time_update", [](NetT& n, int warmup, int iters, float lr, float momentum, float wd) {
+        py::gil_scoped_release nogil;
+        return n.time_update(TimingPlan{warmup, iters}, SgdConfig{lr, momentum, wd});
+      }, py::arg("warmup"), py::arg("iters"), py::arg("lr") = 0.01f, py::arg("momentum") = 0.9f,
+         py::arg("weight_decay") = 1e-4f)
+      .def("time_h2d", [](NetT& n, int warmup, int iters) {
+        py::gil_scoped_release nogil;
+        return n.time_h2d(TimingPlan{warmup, iters});
+      }, py::arg("warmup"), py::arg("iters"))
+      .def("time_messages", [messages](NetT& n, const MessageList& msgs, const std::string& algo, int servers,
+                                       py::object comm, int warmup, int iters) {
+        const MPI_Comm c = get_comm(comm);
+        const auto plan = to_messages(msgs);
+        py::gil_scoped_release nogil;
+        return messages(n, TimingPlan{warmup, iters}, plan, algo, servers, c);
+      }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("warmup"),
+         py::arg("iters"), "Per message (offset, count, ready_after): samples (us) of sending it alone, max over ranks.")
+      .def("time_iteration", [iterate](NetT& n, const MessageList& msgs, bool overlap, const std::string& algo,
+                                       int servers, py::object comm, std::optional<py::function> io, bool prefetch,
+                                       int warmup, int iters, float lr, float momentum, float wd) {
+        const MPI_Comm c = get_comm(comm);
+        const auto plan = to_messages(msgs);
+        std::function<void()> io_fn;
+        if (io) io_fn = [f = *io] {
+          py::gil_scoped_acquire gil;
+          f();
+        };
+        IterationTrace trace;
+        std::vector<double> samples;
+        {
+          py::gil_scoped_release nogil;
+          samples = iterate(n, TimingPlan{warmup, iters}, plan, overlap, algo, servers, c, io_fn, prefetch,
+                            SgdConfig{lr, momentum, wd}, &trace);
+        }
+        return py::make_tuple(samples, trace_dict(trace));
+      }, py::arg("messages"), py::arg("overlap"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("io"),
+         py::arg("prefetch"), py::arg("warmup"), py::arg("iters"), py::arg("lr") = 0.01f,
+         py::arg("momentum") = 0.9f, py::arg("weight_decay") = 1e-4f,
+         "The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank).");
+}
+
+}  // namespace gdl::bind

@@ -1,0 +1,299 @@
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "cuda/cuda_timer.h"
+#include "cuda/net.h"
+#include "cuda/nccl.h"
+#include "cuda/sgd.h"
+
+namespace gdl::cuda {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+void max_over_ranks(std::vector<double>& samples, MPI_Comm comm) {
+  MPI_Allreduce(MPI_IN_PLACE, samples.data(), static_cast<int>(samples.size()), MPI_DOUBLE, MPI_MAX, comm);
+}
+
+std::unique_ptr<DeviceBuffer> floats(int64_t n) {
+  return std::make_unique<DeviceBuffer>(static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(float));
+}
+
+// Events created once and destroyed with the owner.
+struct EventPool {
+  std::vector<cudaEvent_t> ev;
+  explicit EventPool(std::size_t n) : ev(n) {
+    for (auto& e : ev) CUDA_CHECK(cudaEventCreate(&e));
+  }
+  ~EventPool() {
+    for (auto e : ev) cudaEventDestroy(e);
+  }
+  cudaEvent_t operator[](std::size_t i) const { return ev[i]; }
+};
+
+double elapsed_us(cudaEvent_t a, cudaEvent_t b) {
+  float ms = 0.f;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  return 1000.0 * ms;
+}
+
+}  // namespace
+
+Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
+  GDL_REQUIRE(!specs.empty(), "a network needs at least one layer");
+  GDL_REQUIRE(batch >= 1, "batch must be >= 1, got ", batch);
+  const cudaStream_t s = context().stream;
+  for (std::size_t l = 0; l < specs.size(); ++l) {
+    auto& spec = specs[l];
+    spec.batch = batch;
+    for (int j : spec.inputs)
+      GDL_REQUIRE(j >= -1 && j < static_cast<int>(l), "layer ", spec.name, ": input ", j, " is not an earlier layer");
+    layers_.push_back(make_layer(spec));
+    inputs_.push_back(spec.inputs);
+    param_offset_.push_back(param_count_);
+    for (const auto& ps : spec.param_shapes) param_count_ += numel(ps);
+  }
+  data_bytes_ = static_cast<std::size_t>(batch) * numel(specs.front().in_shapes.at(0)) * sizeof(float);
+  data_ = std::make_unique<DeviceBuffer>(data_bytes_);
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), data_bytes_));
+  for (std::size_t i = 0; i < data_bytes_ / sizeof(float); ++i) staging_[i] = fill_value(3, i);
+  CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
+  for (auto& layer : layers_) {
+    act_.push_back(floats(layer->out_count()));
+    act_grad_.push_back(floats(layer->out_count()));
+    CUDA_CHECK(cudaMemsetAsync(act_.back()->data(), 0, act_.back()->nbytes(), s));
+    CUDA_CHECK(cudaMemsetAsync(act_grad_.back()->data(), 0, act_grad_.back()->nbytes(), s));
+  }
+  fill(act_grad_.back()->data(), layers_.back()->out_count(), DType::f32, 9);  // dL/dy of the last layer
+  const auto host_params = initial_params(specs, param_count_);  // the CPU executor's values
+  params_ = floats(param_count_);
+  grads_ = floats(param_count_);
+  momentum_ = floats(param_count_);
+  CUDA_CHECK(cudaMemcpyAsync(params_->data(), host_params.data(), host_params.size() * sizeof(float),
+                             cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaMemsetAsync(grads_->data(), 0, grads_->nbytes(), s));
+  CUDA_CHECK(cudaMemsetAsync(momentum_->data(), 0, momentum_->nbytes(), s));
+  const auto labels = initial_labels(batch, numel(specs.back().in_shapes.at(0)));
+  labels_ = std::make_unique<DeviceBuffer>(labels.size() * sizeof(int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels.data(), labels.size() * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s));
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    auto* p = static_cast<float*>(params_->data()) + param_offset_[l];
+    auto* g = static_cast<float*>(grads_->data()) + param_offset_[l];
+    layers_[l]->bind_params(p, g, sizeof(float));
+    layers_[l]->set_labels(static_cast<const int32_t*>(labels_->data()));
+  }
+  CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamSynchronize(s));  // host_params and labels leave scope after this
+}
+
+Net::~Net() {
+  if (comm_stream_) cudaStreamDestroy(comm_stream_);
+  if (staging_) cudaFreeHost(staging_);
+}
+
+std::vector<const void*> Net::layer_inputs(int l) const {
+  std::vector<const void*> v;
+  for (int j : inputs_[l]) v.push_back(j < 0 ? data_->data() : act_[j]->data());
+  return v;
+}
+
+std::vector<void*> Net::layer_input_grads(int l) {
+  std::vector<void*> v;
+  for (int j : inputs_[l]) v.push_back(j < 0 ? nullptr : act_grad_[j]->data());
+  return v;
+}
+
+void Net::forward_layer(int l) { layers_[l]->forward(layer_inputs(l), act_[l]->data()); }
+
+void Net::backward_layer(int l) {
+  const auto x = layer_inputs(l);
+  layers_[l]->backward_params(x, act_[l]->data(), act_grad_[l]->data());
+  layers_[l]->backward_data(x, act_[l]->data(), act_grad_[l]->data(), layer_input_grads(l));
+}
+
+void Net::forward() {
+  for (int l = 0; l < layers(); ++l) forward_layer(l);
+}
+
+void Net::backward(const std::function<void(int)>& after_layer) {
+  const cudaStream_t s = context().stream;
+  for (int l = 0; l + 1 < layers(); ++l) CUDA_CHECK(cudaMemsetAsync(act_grad_[l]->data(), 0, act_grad_[l]->nbytes(), s));
+  for (int l = layers() - 1; l >= 0; --l) {
+    backward_layer(l);
+    if (after_layer) after_layer(l);
+  }
+}
+
+void Net::update(const SgdConfig& c) {
+  sgd_update(static_cast<float*>(params_->data()), static_cast<const float*>(grads_->data()),
+             static_cast<float*>(momentum_->data()), param_count_, c.lr, c.momentum, c.weight_decay, context().stream);
+}
+
+void Net::synchronize() { CUDA_CHECK(cudaStreamSynchronize(context().stream)); }
+
+std::vector<float> Net::grads() const {
+  std::vector<float> h(param_count_);
+  CUDA_CHECK(cudaStreamSynchronize(context().stream));
+  CUDA_CHECK(cudaMemcpy(h.data(), grads_->data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+std::vector<std::vector<double>> Net::time_forward(const TimingPlan& plan) {
+  forward();
+  std::vector<std::vector<double>> out;
+  for (int l = 0; l < layers(); ++l) out.push_back(time_events(plan, context().stream, [&] { forward_layer(l); }));
+  return out;
+}
+
+std::vector<std::vector<double>> Net::time_backward(const TimingPlan& plan) {
+  forward();
+  backward();
+  std::vector<std::vector<double>> out(layers());
+  for (int l = layers() - 1; l >= 0; --l)
+    out[l] = time_events(plan, context().stream, [&] { backward_layer(l); });
+  return out;
+}
+
+std::vector<double> Net::time_update(const TimingPlan& plan, const SgdConfig& sgd) {
+  return time_events(plan, context().stream, [&] { update(sgd); });
+}
+
+std::vector<double> Net::time_h2d(const TimingPlan& plan) {
+  return time_events(plan, context().stream, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, context().stream));
+  });
+}
+
+std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
+                                                    MPI_Comm comm) {
+  messages_by_layer(msgs, param_count_, layers());
+  ncclComm_t nc = nccl_comm(comm);
+  auto* g = static_cast<float*>(grads_->data());
+  std::vector<std::vector<double>> out;
+  for (const auto& m : msgs) {
+    auto s = time_steady(plan, [&] {
+      NCCL_CHECK(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
+                               comm_stream_));
+      CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
+    }, [&] { MPI_Barrier(comm); });
+    max_over_ranks(s, comm);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
+                                        const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
+                                        MPI_Comm comm, IterationTrace* last_trace) {
+  validate(plan);
+  const auto ready_at = messages_by_layer(msgs, param_count_, layers());
+  const cudaStream_t s = context().stream;
+  ncclComm_t nc = nccl_comm(comm);
+  auto* g = static_cast<float*>(grads_->data());
+  // Events: iteration start, h2d end, forward end, per layer backward end, per message ready /
+  // start / end, comm done, update end.
+  const int L = layers();
+  const std::size_t M = msgs.size();
+  EventPool ev(4 + L + 3 * M + 1);
+  const auto e_start = ev[0], e_h2d = ev[1], e_fwd = ev[2], e_comm = ev[3];
+  auto e_layer = [&](int l) { return ev[4 + l]; };
+  auto e_ready = [&](std::size_t i) { return ev[4 + L + 3 * i]; };
+  auto e_msg_start = [&](std::size_t i) { return ev[4 + L + 3 * i + 1]; };
+  auto e_msg_end = [&](std::size_t i) { return ev[4 + L + 3 * i + 2]; };
+  const auto e_update = ev[4 + L + 3 * M];
+
+  auto send = [&](std::size_t i) {
+    const auto& m = msgs[i];
+    CUDA_CHECK(cudaEventRecord(e_ready(i), s));
+    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e_ready(i), 0));
+    CUDA_CHECK(cudaEventRecord(e_msg_start(i), comm_stream_));
+    NCCL_CHECK(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
+                             comm_stream_));
+    CUDA_CHECK(cudaEventRecord(e_msg_end(i), comm_stream_));
+  };
+
+  std::thread io_thread;
+  std::string io_error;
+  struct JoinOnExit {
+    std::thread& t;
+    ~JoinOnExit() {
+      if (t.joinable()) t.join();
+    }
+  } join_on_exit{io_thread};
+  auto start_io = [&] {
+    io_thread = std::thread([&] {
+      try {
+        io();
+      } catch (const std::exception& e) {
+        io_error = e.what();
+      }
+    });
+  };
+  auto finish_io = [&] {
+    if (io_thread.joinable()) io_thread.join();
+    if (!io_error.empty()) GDL_FAIL("data I/O failed: ", io_error);
+  };
+
+  std::vector<double> samples;
+  IterationTrace trace;
+  double io_wait_us = 0;
+  if (io && prefetch) start_io();
+  for (int it = 0; it < plan.warmup + plan.iters; ++it) {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    MPI_Barrier(comm);
+    const auto t0 = clock_type::now();
+    CUDA_CHECK(cudaEventRecord(e_start, s));
+    if (io) {
+      if (prefetch) {
+        finish_io();
+        start_io();
+      } else {
+        io();
+      }
+    }
+    io_wait_us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+    CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaEventRecord(e_h2d, s));
+    forward();
+    CUDA_CHECK(cudaEventRecord(e_fwd, s));
+    backward([&](int l) {
+      CUDA_CHECK(cudaEventRecord(e_layer(l), s));
+      if (overlap)
+        for (int i : ready_at[l]) send(static_cast<std::size_t>(i));
+    });
+    if (!overlap)
+      for (std::size_t i = 0; i < M; ++i) send(i);
+    CUDA_CHECK(cudaEventRecord(e_comm, comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(s, e_comm, 0));  // the update needs every reduced gradient
+    update(sgd);
+    CUDA_CHECK(cudaEventRecord(e_update, s));
+    CUDA_CHECK(cudaEventSynchronize(e_update));
+    const double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+    if (it >= plan.warmup) samples.push_back(us);
+  }
+  finish_io();
+  max_over_ranks(samples, comm);
+  if (last_trace) {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    // Device times from the start event; the host's I/O wait comes first on the host clock.
+    trace.io_wait_end = io_wait_us;
+    trace.h2d_end = elapsed_us(e_start, e_h2d);
+    trace.forward_end = elapsed_us(e_start, e_fwd);
+    trace.layer_backward_end.resize(L);
+    for (int l = 0; l < L; ++l) trace.layer_backward_end[l] = elapsed_us(e_start, e_layer(l));
+    trace.backward_end = trace.layer_backward_end.empty() ? trace.forward_end : trace.layer_backward_end[0];
+    for (std::size_t i = 0; i < M; ++i) {
+      trace.message_start.push_back(elapsed_us(e_start, e_msg_start(i)));
+      trace.message_end.push_back(elapsed_us(e_start, e_msg_end(i)));
+    }
+    trace.comm_end = elapsed_us(e_start, e_comm);
+    trace.update_end = elapsed_us(e_start, e_update);
+    *last_trace = trace;
+  }
+  return samples;
+}
+
+}  // namespace gdl::cuda
