@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "update": ("update", "SGD with momentum over a flat parameter buffer, GB/s vs a copy"),
     "copy": ("copy", "host<->device and device-to-device copy bandwidth (nvbandwidth's method)"),
     "io": ("io", "t_io: read and decode a batch of JPEG files with T threads"),
+    "layer": ("layer", "forward/backward time of one layer other than convolution"),
 }
 
 
