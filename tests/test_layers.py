@@ -293,9 +293,10 @@ def test_cli_layer_json(tmp_path):
     (["layer", "--layer", "alexnet-loss", "--pass", "sideways"], "pass"),
     (["layer", "--layer", "alexnet-loss", "-b", "0"], "batch"),
 ])
-def test_cli_layer_bad_input(argv, message):
-    from conftest import run_cli
+def test_cli_layer_bad_input(argv, message, capsys):
+    from gdlbench.cli import main
 
-    p = run_cli(*argv)
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr and "Traceback" not in p.stderr
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and message in err
