@@ -37,12 +37,21 @@ class MaxPoolLayer : public Layer {
           for (int kx = 0; kx < g.kw; ++kx) {
             const int64_t base = iy * g.w + kx - g.pw;
             const float* r = in + base;
+            if (g.sw == 1) {
 #pragma omp simd
-            for (int64_t ox = lo; ox < hi; ++ox) {
-              const float v = r[ox * g.sw];
-              const bool take = v > orow[ox];
-              irow[ox] = take ? int32_t(base + ox * g.sw) : irow[ox];
-              orow[ox] = take ? v : orow[ox];
+              for (int64_t ox = lo; ox < hi; ++ox) {
+                const float v = r[ox];
+                const bool take = v > orow[ox];
+                irow[ox] = take ? int32_t(base + ox) : irow[ox];
+                orow[ox] = take ? v : orow[ox];
+              }
+            } else {  // strided: no simd (gathers are slow on AMD); the outputs' chains still overlap
+              for (int64_t ox = lo; ox < hi; ++ox) {
+                const float v = r[ox * g.sw];
+                const int32_t take = -int32_t(v > orow[ox]);
+                irow[ox] = (int32_t(base + ox * g.sw) & take) | (irow[ox] & ~take);
+                orow[ox] = std::max(orow[ox], v);
+              }
             }
           }
         // Borders (windows clipped by the padding): one output at a time.
