@@ -1,6 +1,5 @@
 // Local response normalization (Caffe, ACROSS_CHANNELS) and batch normalization (training mode).
-// sqrt without errno lets the compiler vectorise it (no input here is negative).
-#pragma GCC optimize("no-math-errno")
+// Compiled with -fno-math-errno (CMakeLists.txt) so that sqrt vectorises.
 #include <cmath>
 
 #include "common/errors.h"
