@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reduce_scatter": ("reduce_scatter", "reduce-scatter, MPI or NCCL (size = total buffer)"),
     "allgather": ("allgather", "all-gather, MPI or NCCL (size = total buffer)"),
     "broadcast": ("broadcast", "broadcast, MPI or NCCL"),
+    "layer": ("layer", "forward/backward time of one layer other than convolution"),
 }
 
 

@@ -256,3 +256,47 @@ def test_cuda_layer_timing_runs(type_):
     lb = _cuda.LayerBench(sp, 4)
     for p in ("fwd", "bwd-data", "bwd-filter", "bwd"):
         assert len(lb.time(p, 1, 2)) == 2
+
+
+# ---- gdlbench layer and gdlbench.layers -----------------------------------------------------------
+
+def test_builtin_layers_build_and_time():
+    from gdlbench.layers import BUILTIN, LAYER_TYPES, time_layer
+
+    assert set(LAYER_TYPES) <= set(_core.layer_types())
+    for name, sp in BUILTIN.items():
+        (r,) = time_layer({"name": name, **sp}, 1, "cpu", ("fwd",), iters=1, warmup=0)
+        assert r.to_dict()["time_us"] > 0 and r.to_dict()["phase"] == "fwd"
+
+
+def test_cli_layer_json(tmp_path):
+    import json
+
+    from conftest import run_cli
+
+    out = tmp_path / "l.json"
+    p = run_cli("layer", "--layer", "alexnet-loss,resnet50-avgpool", "-b", "2", "-n", "2", "--device", "cpu",
+                "--pass", "fwd,bwd-data", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["layer"], r["phase"]) for r in rows] == [("alexnet-loss", "fwd"), ("alexnet-loss", "bwd-data"),
+                                                       ("resnet50-avgpool", "fwd"), ("resnet50-avgpool", "bwd-data")]
+    sp = '{"type": "relu", "in_shapes": [[4, 3, 3]], "out_shape": [4, 3, 3]}'
+    assert run_cli("layer", "--spec", sp, "-b", "2", "-n", "2", "--device", "cpu").returncode == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["layer"], "--layer NAME or --spec"),
+    (["layer", "--layer", "nosuch"], "unknown"),
+    (["layer", "--spec", "{bad json"], "not JSON"),
+    (["layer", "--spec", '{"type": "relu", "in_shapes": [[3]], "out_shape": [4]}', "--device", "cpu"], "relu"),
+    (["layer", "--layer", "alexnet-loss", "--pass", "sideways"], "pass"),
+    (["layer", "--layer", "alexnet-loss", "-b", "0"], "batch"),
+])
+def test_cli_layer_bad_input(argv, message, capsys):
+    from gdlbench.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and message in err

@@ -13,6 +13,7 @@ from gdlbench import copy as gcopy
 from gdlbench import io as gio
 from gdlbench import update as gupdate
 from gdlbench._native import _core
+from gdlbench.cli import main
 
 # ---- SGD --------------------------------------------------------------------------------------
 
@@ -161,16 +162,25 @@ def test_cli_io_json(tmp_path):
     (["io", "--threads", "0"], "threads"),
     (["io", "--decode", "--no-decode"], "not allowed"),
 ])
-def test_cli_bad_input_is_one_line_and_exit_2(argv, message):
+def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    # In-process (gdlbench.cli.main is the whole CLI): the subprocess path is covered below.
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+
+
+@pytest.mark.parametrize("argv", [["update", "--params", "-5"], ["copy", "--direction", "sideways"],
+                                  ["io", "--size", "5x5"]])
+def test_cli_bad_input_as_a_process(argv):
     p = run_cli(*argv)
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], p.stderr
-    assert "Traceback" not in p.stderr
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
 
 
-def test_cli_io_unwritable_dir_is_exit_2(tmp_path):
+def test_cli_io_unwritable_dir_is_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    p = run_cli("io", "--dir", str(blocker / "sub"), "--images", "2")
-    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--dir" in p.stderr, p.stderr
+    code = main(["io", "--dir", str(blocker / "sub"), "--images", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--dir" in err, err

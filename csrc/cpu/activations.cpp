@@ -7,7 +7,10 @@ namespace {
 
 class ReluLayer : public Layer {
  public:
-  using Layer::Layer;
+  explicit ReluLayer(const LayerSpec& s) : Layer(s) {
+    GDL_REQUIRE(s.in_shapes.size() == 1 && numel(s.in_shapes[0]) == numel(s.out_shape), "relu ", s.name,
+                ": out_shape must have as many elements as the input");
+  }
   void forward(const std::vector<const float*>& x, float* y) override {
     const float* in = x[0];
     const int64_t n = out_count();

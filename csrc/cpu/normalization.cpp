@@ -1,6 +1,5 @@
 // Local response normalization (Caffe, ACROSS_CHANNELS) and batch normalization (training mode).
-// sqrt without errno lets the compiler vectorise it (no input here is negative).
-#pragma GCC optimize("no-math-errno")
+// Compiled with -fno-math-errno (CMakeLists.txt) so that sqrt vectorises.
 #include <cmath>
 
 #include "common/errors.h"
@@ -125,9 +124,12 @@ class BatchNormLayer : public Layer {
                 "bn ", s.name, ": param_shapes must be [C] (scale) then [C] (shift), C = ", c_);
     mean_.resize(c_);
     invstd_.resize(c_);
+    sum_g_.resize(c_);
+    sum_b_.resize(c_);
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {
+    sums_for_ = nullptr;
     const int64_t c = c_, hw = hw_, n = spec_.batch;
     const double m = double(n * hw);
     const float *gamma = params_[0], *beta = params_[1];
@@ -162,11 +164,19 @@ class BatchNormLayer : public Layer {
 
   void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
 #pragma omp parallel for schedule(static)
-    for (int64_t ch = 0; ch < c_; ++ch) sums(x[0], dy, ch, grads_[0][ch], grads_[1][ch]);
+    for (int64_t ch = 0; ch < c_; ++ch) {
+      sums(x[0], dy, ch, sum_g_[ch], sum_b_[ch]);
+      grads_[0][ch] = sum_g_[ch];
+      grads_[1][ch] = sum_b_[ch];
+    }
+    // backward_data of the same dy reuses the sums: kept here, not read back from grads(), which an
+    // overlapped all-reduce may already be rewriting.
+    sums_for_ = dy;
   }
 
-  // dx = gamma * invstd / M * (M dy - sum(dy) - xhat * sum(dy xhat)); the two sums are recomputed
-  // here so that backward_data does not depend on backward_params having run.
+  // dx = gamma * invstd / M * (M dy - sum(dy) - xhat * sum(dy xhat)). The two sums are the parameter
+  // gradients: taken from backward_params when it ran on this dy, otherwise computed here (so
+  // backward_data never depends on the call order).
   void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
                      const std::vector<float*>& dx) override {
     if (!dx[0]) return;
@@ -176,7 +186,10 @@ class BatchNormLayer : public Layer {
 #pragma omp parallel for schedule(static)
     for (int64_t ch = 0; ch < c; ++ch) {
       float dgamma, dbeta;
-      sums(x[0], dy, ch, dgamma, dbeta);
+      if (sums_for_ == dy)
+        dgamma = sum_g_[ch], dbeta = sum_b_[ch];
+      else
+        sums(x[0], dy, ch, dgamma, dbeta);
       const float mu = mean_[ch], inv = invstd_[ch];
       const float k = gamma[ch] * inv / m, sum_dy = dbeta, sum_dy_xhat = dgamma;
       for (int64_t i = 0; i < n; ++i) {
@@ -212,6 +225,8 @@ class BatchNormLayer : public Layer {
   int64_t c_ = 0, hw_ = 0;
   double eps_ = 1e-5;
   std::vector<float> mean_, invstd_;  // saved for backward
+  std::vector<float> sum_g_, sum_b_;  // sum(dy xhat), sum(dy) of the last backward_params
+  const float* sums_for_ = nullptr;   // ... and the dy they belong to
 };
 GDL_REGISTER_LAYER("bn", BatchNormLayer);
 

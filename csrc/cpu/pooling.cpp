@@ -17,6 +17,9 @@ class MaxPoolLayer : public Layer {
     const PoolGeom g = g_;
     const int64_t planes = spec_.batch * g.c;
     int32_t* am = argmax_.data();
+    // Outputs whose window lies inside the row horizontally: ox in [lo, hi).
+    const int64_t lo = std::min<int64_t>(g.ow, (g.pw + g.sw - 1) / g.sw);
+    const int64_t hi = std::max<int64_t>(lo, std::min<int64_t>(g.ow, (g.w + g.pw - g.kw) / g.sw + 1));
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < planes; ++p) {
       const float* in = x[0] + p * g.h * g.w;
@@ -24,17 +27,47 @@ class MaxPoolLayer : public Layer {
       int32_t* idx = am + p * g.oh * g.ow;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         const int64_t y0 = std::max<int64_t>(oy * g.sh - g.ph, 0), y1 = std::min<int64_t>(oy * g.sh - g.ph + g.kh, g.h);
+        float* orow = out + oy * g.ow;
+        int32_t* irow = idx + oy * g.ow;
+        for (int64_t ox = 0; ox < g.ow; ++ox) orow[ox] = -FLT_MAX, irow[ox] = -1;
+        // Interior: the window's elements in Caffe's order (rows, then columns), each one compared
+        // across a whole output row at once; independent outputs keep the pipeline full, where one
+        // output's 9-element max is a chain of dependent compares. Strict > keeps the first maximum.
+        for (int64_t iy = y0; iy < y1; ++iy)
+          for (int kx = 0; kx < g.kw; ++kx) {
+            const int64_t base = iy * g.w + kx - g.pw;
+            const float* r = in + base;
+            if (g.sw == 1) {
+#pragma omp simd
+              for (int64_t ox = lo; ox < hi; ++ox) {
+                const float v = r[ox];
+                const bool take = v > orow[ox];
+                irow[ox] = take ? int32_t(base + ox) : irow[ox];
+                orow[ox] = take ? v : orow[ox];
+              }
+            } else {  // strided: no simd (gathers are slow on AMD); the outputs' chains still overlap
+              for (int64_t ox = lo; ox < hi; ++ox) {
+                const float v = r[ox * g.sw];
+                const int32_t take = -int32_t(v > orow[ox]);
+                irow[ox] = (int32_t(base + ox * g.sw) & take) | (irow[ox] & ~take);
+                orow[ox] = std::max(orow[ox], v);
+              }
+            }
+          }
+        // Borders (windows clipped by the padding): one output at a time.
         for (int64_t ox = 0; ox < g.ow; ++ox) {
+          if (ox == lo) ox = hi;
+          if (ox >= g.ow) break;
           const int64_t x0 = std::max<int64_t>(ox * g.sw - g.pw, 0), x1 = std::min<int64_t>(ox * g.sw - g.pw + g.kw, g.w);
           float best = -FLT_MAX;
           int32_t bi = -1;
           for (int64_t iy = y0; iy < y1; ++iy)
             for (int64_t ix = x0; ix < x1; ++ix) {
               const float v = in[iy * g.w + ix];
-              if (v > best) best = v, bi = int32_t(iy * g.w + ix);  // first maximum wins, as Caffe
+              if (v > best) best = v, bi = int32_t(iy * g.w + ix);
             }
-          out[oy * g.ow + ox] = best;
-          idx[oy * g.ow + ox] = bi;
+          orow[ox] = best;
+          irow[ox] = bi;
         }
       }
     }

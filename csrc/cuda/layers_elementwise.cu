@@ -36,6 +36,8 @@ class ReluLayer : public Layer {
  public:
   explicit ReluLayer(const LayerSpec& s) : Layer(s) {
     require_fp32_nchw(s);
+    GDL_REQUIRE(s.in_shapes.size() == 1 && numel(s.in_shapes[0]) == numel(s.out_shape), "relu ", s.name,
+                ": out_shape must have as many elements as the input");
     describe(desc_, s.batch, {numel(s.out_shape)});
     CUDNN_CHECK(cudnnCreateActivationDescriptor(&act_));
     CUDNN_CHECK(cudnnSetActivationDescriptor(act_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));

@@ -1,0 +1,126 @@
+"""Copies and the SGD update through gdlbench against PyTorch on the same card, alternating rounds,
+both timed with CUDA events:
+  - host<->device and device-to-device copies (gdlbench copy, nvbandwidth's method) against
+    tensor.copy_(..., non_blocking=True) between the same kinds of buffers (pinned host, device);
+  - the SGD update (gdlbench update: 20 bytes per fp32 parameter) against torch.optim.SGD.step() on
+    one flat parameter of the same size, and against the device-to-device copy of the same traffic
+    measured in the same run.
+Prints GB/s of each and the ratios.
+
+  python benchmarks/copy_update_vs_torch_gpu.py [--size 1GB] [--params 25.6M] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+import gdlbench
+from gdlbench.copy import copy as gdl_copy
+from gdlbench.units import parse_count, parse_size
+from gdlbench.update import BYTES_PER_PARAM
+from gdlbench.update import update as gdl_update
+
+
+def torch_copy_samples(torch, direction: str, nbytes: int, copies: int, iters: int) -> list[float]:
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dev2 = torch.empty(nbytes, dtype=torch.uint8, device="cuda") if direction == "d2d" else None
+    host.fill_(1), dev.fill_(2)
+    dst, src = {"h2d": (dev, host), "d2h": (host, dev), "d2d": (dev2, dev)}[direction]
+    for _ in range(2):
+        dst.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(copies):
+            dst.copy_(src, non_blocking=True)
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1000.0)
+    return out
+
+
+def torch_sgd_samples(torch, n: int, iters: int) -> tuple[list[float], str]:
+    p = torch.zeros(n, device="cuda", requires_grad=True)
+    p.grad = torch.randn(n, device="cuda")
+    kind = "fused"
+    try:
+        opt = torch.optim.SGD([p], lr=0.01, momentum=0.9, weight_decay=5e-4, fused=True)
+    except (TypeError, RuntimeError):
+        opt, kind = torch.optim.SGD([p], lr=0.01, momentum=0.9, weight_decay=5e-4, foreach=True), "foreach"
+    for _ in range(3):
+        opt.step()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        opt.step()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) * 1000.0)
+    return out, kind
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="1GB")
+    ap.add_argument("--params", default="25.6M")
+    ap.add_argument("--copies", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if gdlbench.cuda_status()[0] == 0:
+        print(f"copy_update_vs_torch_gpu: needs a GPU: {gdlbench.cuda_status()[1]}", file=sys.stderr)
+        return 2
+    import torch
+
+    size, n = parse_size(args.size), parse_count(args.params)
+    rows, failed = [], False
+    for direction in ("h2d", "d2h", "d2d"):
+        ours, theirs, wrong = [], [], 0
+        for _ in range(args.rounds):
+            r = gdl_copy(size, direction, "pinned", "cuda", copies=args.copies, iters=args.iters, warmup=1)
+            wrong += r.wrong
+            ours += list(r.measurement.samples_us)
+            theirs += torch_copy_samples(torch, direction, size, args.copies, args.iters)
+        g = args.copies * size / (np.median(ours) * 1e-6) / 1e9
+        t = args.copies * size / (np.median(theirs) * 1e-6) / 1e9
+        rows.append({"op": f"copy {direction} pinned", "size_bytes": size, "gdlbench_gbs": g, "torch_gbs": t,
+                     "ratio": g / t, "wrong": wrong})
+        failed |= wrong > 0
+    ours_u, ours_c, theirs_u, kind = [], [], [], ""
+    for _ in range(args.rounds):
+        r = gdl_update(n, "cuda", iters=args.iters * 4, warmup=2, check=not ours_u)
+        failed |= not r.passed
+        ours_u += list(r.update.samples_us)
+        ours_c += list(r.copy.samples_us)
+        s, kind = torch_sgd_samples(torch, n, args.iters * 4)
+        theirs_u += s
+    moved = BYTES_PER_PARAM * n
+    g = moved / (np.median(ours_u) * 1e-6) / 1e9
+    c = moved / (np.median(ours_c) * 1e-6) / 1e9  # the d2d copy of 10n bytes: 10n read + 10n written
+    t = moved / (np.median(theirs_u) * 1e-6) / 1e9
+    rows.append({"op": "sgd update", "params": n, "gdlbench_gbs": g, "torch_gbs": t, "ratio": g / t,
+                 "d2d_copy_gbs": c, "vs_copy": g / c, "torch_sgd": kind})
+    for row in rows:
+        extra = f"  vs d2d copy {row['vs_copy']:.3f} (copy {row['d2d_copy_gbs']:.1f} GB/s)" if "vs_copy" in row else ""
+        print(f"{row['op']:18s} gdlbench {row['gdlbench_gbs']:8.2f} GB/s  torch {row['torch_gbs']:8.2f} GB/s  "
+              f"ratio {row['ratio']:.3f}{extra}  #wrong {row.get('wrong', 0)}")
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "env": gdlbench.env.collect(),
+            "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(info, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""gdlbench layer: forward and backward time of one non-convolution layer (built-in or a spec)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import env
+from ..cli import common_options
+from ..errors import UsageError
+from ..layers import BUILTIN, PASSES, time_layer
+from ..report import Column, OutputFile, Report, fmt_float, print_table
+
+COLUMNS = [
+    Column("layer", "layer"), Column("type", "type"), Column("batch", "batch"), Column("phase", "phase"),
+    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+    Column("cv", "time_cv", fmt_float(3)), Column("input GB/s", "input_gbs", fmt_float(2)),
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--layer", help=f"built-in layers, comma-separated, or 'all': {', '.join(BUILTIN)}")
+    p.add_argument("--spec", help="a layer spec as JSON (type, in_shapes, out_shape, attrs, param_shapes)")
+    p.add_argument("-b", "--batch", type=int, default=32, help="batch size (default 32)")
+    p.add_argument("--pass", dest="passes", default="fwd,bwd", help=f"comma-separated: {', '.join(PASSES)} (default fwd,bwd)")
+    common_options(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    if bool(args.layer) == bool(args.spec):
+        raise UsageError("give --layer NAME or --spec JSON (one of them)")
+    if args.spec:
+        try:
+            specs = [json.loads(args.spec)]
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--spec: not JSON: {exc.msg}") from None
+        if not isinstance(specs[0], dict) or "type" not in specs[0]:
+            raise UsageError("--spec: expected a JSON object with a 'type'")
+    else:
+        names = list(BUILTIN) if args.layer == "all" else [n.strip() for n in args.layer.split(",")]
+        unknown = [n for n in names if n not in BUILTIN]
+        if unknown:
+            raise UsageError(f"--layer: unknown {', '.join(unknown)} (known: {', '.join(BUILTIN)})")
+        specs = [{"name": n, **BUILTIN[n]} for n in names]
+    passes = tuple(x.strip() for x in args.passes.split(",") if x.strip())
+    if args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    json_out = OutputFile(args.json, "--json") if args.json else None
+    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    device, why = env.resolve_device(args.device)
+    results = []
+    for s in specs:
+        results += time_layer(s, args.batch, device, passes, iters=args.iters, warmup=args.warmup,
+                              threads=args.threads)
+    is_root = env.rank() == 0
+    clock = results[0].measurement.clock
+    report = Report("layer", vars(args) | {"device": device}, env.collect() if is_root else {},
+                    {"clock": clock, "region": results[0].measurement.region, "rank_reduction": "none (this rank)"},
+                    rows=[r.to_dict() for r in results])
+    threads = f", {results[0].threads} threads" if results[0].threads else ""
+    caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} after {args.warmup} warm-up; "
+               "bwd = bwd-filter + bwd-data; input GB/s = input activation bytes / time")
+    if is_root:
+        print_table(f"gdlbench layer (batch {args.batch}, fp32)", COLUMNS, report.rows, caption=caption)
+        report.write(json_out, csv_out)
+    return 0

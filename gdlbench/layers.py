@@ -1,0 +1,117 @@
+"""Single layers (everything but convolution, which gdlbench conv owns): each layer type's forward and
+backward timed on its own, through the same C++/CUDA Layer objects the iteration executor builds.
+
+A layer is a spec dict as Network.layer_specs() gives it:
+    {"name", "type", "in_shapes": [[C, H, W], ...], "out_shape": [...], "attrs": {...}, "param_shapes": [...]}
+Shapes are per sample; the batch is separate. Attribute names and parameter shapes per type are in
+LAYER_TYPES below (and in csrc/cpu/*.cpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import env
+from ._native import _core, require_cuda
+from .errors import UsageError
+from .measurement import Measurement
+
+PASSES = ("fwd", "bwd-data", "bwd-filter", "bwd")
+
+# type -> (attributes with defaults, parameter shapes); the contract with the network engine.
+LAYER_TYPES: dict[str, tuple[str, str]] = {
+    "fc": ("out_features, bias=1", "[out, in] then [out] if bias (in = numel of the per-sample input)"),
+    "relu": ("-", "-"),
+    "maxpool": ("kernel_h, kernel_w (or kernel), stride_h, stride_w (or stride, 1), pad_h, pad_w (or pad, 0), "
+                "ceil_mode=1 (Caffe)", "-"),
+    "avgpool": ("as maxpool; divides by the window clipped to the padded input (Caffe)", "-"),
+    "global_avgpool": ("-; out_shape {C} or {C, 1, 1}", "-"),
+    "lrn": ("size=5 (odd), alpha=1e-4, beta=0.75, k=1 (Caffe ACROSS_CHANNELS)", "-"),
+    "bn": ("eps=1e-5 (training mode: batch statistics)", "[C] (scale) then [C] (shift)"),
+    "concat": ("-; along the first per-sample axis, any number of inputs", "-"),
+    "add": ("-; two or more inputs of one shape", "-"),
+    "dropout": ("ratio=0.5, seed=0", "-"),
+    "softmax_xent": ("-; out_shape {1}: y[0] = mean loss; labels via set_labels", "-"),
+    "flatten": ("-", "-"),
+}
+
+# A few real layers, for `gdlbench layer --layer NAME` (batch is the command's --batch).
+BUILTIN: dict[str, dict] = {
+    "alexnet-norm1": {"type": "lrn", "in_shapes": [[96, 55, 55]], "out_shape": [96, 55, 55],
+                      "attrs": {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 1}},
+    "alexnet-pool1": {"type": "maxpool", "in_shapes": [[96, 55, 55]], "out_shape": [96, 27, 27],
+                      "attrs": {"kernel": 3, "stride": 2}},
+    "alexnet-fc6": {"type": "fc", "in_shapes": [[256, 6, 6]], "out_shape": [4096], "attrs": {"out_features": 4096},
+                    "param_shapes": [[4096, 9216], [4096]]},
+    "alexnet-drop6": {"type": "dropout", "in_shapes": [[4096]], "out_shape": [4096], "attrs": {"ratio": 0.5}},
+    "alexnet-loss": {"type": "softmax_xent", "in_shapes": [[1000]], "out_shape": [1]},
+    "googlenet-pool2": {"type": "maxpool", "in_shapes": [[192, 56, 56]], "out_shape": [192, 28, 28],
+                        "attrs": {"kernel": 3, "stride": 2}},
+    "googlenet-inception3a-output": {"type": "concat", "in_shapes": [[64, 28, 28], [128, 28, 28], [32, 28, 28],
+                                                                    [32, 28, 28]], "out_shape": [256, 28, 28]},
+    "googlenet-pool5": {"type": "avgpool", "in_shapes": [[1024, 7, 7]], "out_shape": [1024, 1, 1],
+                        "attrs": {"kernel": 7, "stride": 1}},
+    "resnet50-bn2a": {"type": "bn", "in_shapes": [[256, 56, 56]], "out_shape": [256, 56, 56], "attrs": {"eps": 1e-5},
+                      "param_shapes": [[256], [256]]},
+    "resnet50-relu2a": {"type": "relu", "in_shapes": [[256, 56, 56]], "out_shape": [256, 56, 56]},
+    "resnet50-add2a": {"type": "add", "in_shapes": [[256, 56, 56], [256, 56, 56]], "out_shape": [256, 56, 56]},
+    "resnet50-avgpool": {"type": "global_avgpool", "in_shapes": [[2048, 7, 7]], "out_shape": [2048]},
+}
+
+
+@dataclass
+class LayerResult:
+    name: str
+    type: str
+    batch: int
+    device: str
+    threads: int | None
+    pass_: str
+    measurement: Measurement
+    bytes_in: int
+
+    @property
+    def gbs(self) -> float:
+        """Input activation bytes / time: a floor on the memory traffic of these memory-bound layers."""
+        return self.bytes_in / (self.measurement.median * 1e-6) / 1e9
+
+    def to_dict(self) -> dict:
+        row = {"layer": self.name, "type": self.type, "batch": self.batch, "device": self.device,
+               "threads": self.threads, "phase": self.pass_, **self.measurement.to_dict(), "input_gbs": self.gbs}
+        row.pop("clock"), row.pop("region")
+        return row
+
+
+def layer_types(device: str = "cpu") -> list[str]:
+    """Layer types the given backend can build."""
+    return list((_core if device == "cpu" else require_cuda()).layer_types())
+
+
+def time_layer(spec: dict, batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
+               iters: int = 20, warmup: int = 5, threads: int | None = None) -> list[LayerResult]:
+    """Time each pass of one layer (buffers filled with gdlbench's test data; labels for losses)."""
+    if batch < 1 or iters < 1 or warmup < 0:
+        raise UsageError("layer: need batch >= 1, iters >= 1 and warmup >= 0")
+    for p in passes:
+        if p not in PASSES:
+            raise UsageError(f"layer: pass must be one of {', '.join(PASSES)}, got {p!r}")
+    dev, _ = env.resolve_device(device)
+    if dev == "cpu":
+        threads = threads or env.default_threads()
+        _core.set_compute_threads(threads)
+        _core.set_blas_threads(threads)
+        bench, clock, region = _core.LayerBench(spec, batch), "steady-clock", f"one pass, {threads} threads"
+    else:
+        threads = None
+        bench, clock, region = require_cuda().LayerBench(spec, batch), "cuda-events", "one pass on the stream"
+    nbytes = 4 * batch * sum(int(_numel(s)) for s in spec["in_shapes"])
+    name = spec.get("name", spec["type"])
+    return [LayerResult(name, spec["type"], batch, dev, threads, p,
+                        Measurement(bench.time(p, warmup, iters), clock, region), nbytes) for p in passes]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
