@@ -166,8 +166,10 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
             algo: str = "library", backend: str = "mpi", inplace: bool = False, *, iters: int = 20,
             warmup: int = 5, check: int = 1, servers: int = 1, root: int = 0,
-            timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> CollectiveResult:
-    """Time one row. Every rank of comm must call it with the same arguments."""
+            timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm=None) -> CollectiveResult:
+    """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
+    (MPI only): successive iterations use different buffers spread over that many bytes, as
+    nccl-tests does, so that sizes below the cache are not timed from cache."""
     comm = comm or MPI.COMM_WORLD
     nranks = comm.Get_size()
     op = op if collective in ("allreduce", "reduce_scatter") else None
@@ -180,7 +182,7 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
                                           check, timeout)
     else:
         samples, wrong = _core.comm_bench(comm, collective, algo, count, dtype, op or "sum", inplace, root, servers,
-                                          warmup, iters, check, timeout)
+                                          warmup, iters, check, timeout, int(rotate_bytes))
     meas = Measurement(samples, "steady-clock", REGION[backend])
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
                             None if wrong < 0 else int(wrong), root if collective == "broadcast" else None,

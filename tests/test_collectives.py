@@ -86,11 +86,12 @@ def test_every_op_exact(tmp_path, nranks):
 def test_library_collectives_exact(tmp_path, nranks, command):
     out = tmp_path / "c.json"
     extra = ["-r", str(nranks - 1)] if command == "broadcast" else []
-    p = run_cli(command, "-b", "8", "-e", "1M", "-f", "16", "-d", "all", "-n", "1", "-w", "0", "--json", str(out),
+    p = run_cli(command, "-b", "8", "-e", "1M", "-f", "16", "-d", "all", "-n", "2", "-w", "0", "--rotate", "2M",
+                "--json", str(out),
                 *extra, nranks=nranks)
     assert p.returncode == 0, p.stderr
     rows = _json_rows(out)
-    _all_correct(rows, 1)
+    _all_correct(rows, 2)
     factor = 1.0 if command == "broadcast" else (nranks - 1) / nranks
     for r in rows:
         assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * factor)

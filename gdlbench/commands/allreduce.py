@@ -63,6 +63,9 @@ def make(collective: str):
         else:
             p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                            help="out-of-place, in-place or both (default both, as nccl-tests)")
+        p.add_argument("--rotate", default="0", metavar="BYTES",
+                       help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
+                            "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
         p.add_argument("--backend", default="auto", help="mpi or nccl (default: nccl on a GPU, mpi on the CPU)")
         p.add_argument("-T", "--timeout", type=float, default=C.DEFAULT_TIMEOUT_S,
                        help=f"abort the job when one collective makes no progress for this many seconds "
@@ -128,6 +131,7 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
             for algo in algos:
                 C.validate(collective, dtype, op, algo, backend, nranks, servers, root, args.iters, args.warmup,
                            args.check, args.timeout)
+    rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
     if fit and len(set(sizes)) < 2:
         raise UsageError("--fit needs a sweep of at least two sizes (e.g. -b 8 -e 64M -f 4)")
@@ -136,15 +140,14 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "modes": modes, "backend": backend,
-            "backend_why": why, "servers": servers, "root": root, "fit": fit, "json": json_out, "csv": csv_out}
+            "backend_why": why, "servers": servers, "root": root, "fit": fit, "rotate": rotate, "json": json_out, "csv": csv_out}
 
 
 def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
     """Host buffers of the largest row times the ranks on this node must fit; rank 0 decides."""
     if plan["backend"] != "mpi":
         return
-    biggest = max(plan["sizes"]) * 8 // min(C.DTYPE_SIZE[d] for d in plan["dtypes"]) * max(
-        C.DTYPE_SIZE[d] for d in plan["dtypes"]) // 8
+    biggest = max(max(plan["sizes"]), plan["rotate"])  # bytes of one buffer (pool, when rotating)
     per_rank = {"allreduce": 3, "reduce_scatter": 2, "allgather": 2, "broadcast": 1}[collective] * biggest
     need = per_rank * env.local_ranks()
     available = None
@@ -208,7 +211,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
             for mode in plan["modes"]:
                 r = C.run_one(collective, size, dtype, op, algo, plan["backend"], mode, iters=args.iters,
                               warmup=args.warmup, check=args.check, servers=plan["servers"], root=plan["root"],
-                              timeout=args.timeout, comm=comm)
+                              timeout=args.timeout, rotate_bytes=plan["rotate"], comm=comm)
                 results.append(r)
                 progress.step(f"{dtype} {op or ''} {algo} {r.size_bytes} B {'in' if mode else 'out'}: "
                               f"{r.time_us:.1f} us")
@@ -231,6 +234,9 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     if plan["backend"] == "mpi":
         notes.append("glibc keeps freed blocks up to 1 GiB (mallopt), so MPI's per-call temporary buffers "
                      "are not page-faulted in again on every call")
+    if plan["rotate"] and plan["backend"] == "mpi":
+        notes.append(f"buffers rotate over {format_bytes(plan['rotate'])} per row (--rotate): each iteration "
+                     "starts from memory, not from cache")
     if gamma_note:
         notes.append(gamma_note)
     report = Report(
