@@ -311,3 +311,14 @@ def test_nccl_one_rank_exact(tmp_path, command):
     rows = _json_rows(out)
     _all_correct(rows, 5)
     assert {r["backend"] for r in rows} == {"nccl"}
+
+
+def test_fit_min_bytes_leaves_out_small_sizes():
+    sizes = [8, 64, 512, 65536, 2**20, 2**24]
+    a, b, _ = C.model_coefficients("ring", 2)
+    times = [50.0, 50.0, 50.0] + [a * 2.0 + m * b * 1e-3 for m in sizes[3:]]  # a latency floor below 64K
+    fit = C.fit_alpha_beta(sizes, times, "ring", 2, min_bytes=65536)
+    assert fit.median_rel_error(65536) < 1e-6 and fit.fit_min_bytes == 65536
+    assert len(fit.rel_errors()) == len(sizes)  # errors reported for every size
+    with pytest.raises(UsageError):
+        C.fit_alpha_beta(sizes, times, "ring", 2, min_bytes=2**25)

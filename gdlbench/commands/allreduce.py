@@ -58,6 +58,9 @@ def make(collective: str):
             p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
             p.add_argument("--fit", action="store_true",
                            help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
+            p.add_argument("--fit-min", default="0", metavar="BYTES",
+                           help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
+                                "regime); errors are printed for every size (default 0: fit all)")
         if collective == "broadcast":
             p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
         else:
@@ -133,14 +136,17 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
                            args.check, args.timeout)
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
-    if fit and len(set(sizes)) < 2:
-        raise UsageError("--fit needs a sweep of at least two sizes (e.g. -b 8 -e 64M -f 4)")
+    fit_min = 0
+    if fit and str(args.fit_min).strip() != "0":
+        fit_min = parse_size(args.fit_min, "--fit-min")
+    if fit and len({s for s in sizes if s >= fit_min}) < 2:
+        raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "modes": modes, "backend": backend,
-            "backend_why": why, "servers": servers, "root": root, "fit": fit, "rotate": rotate, "json": json_out, "csv": csv_out}
+            "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min, "rotate": rotate, "json": json_out, "csv": csv_out}
 
 
 def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
@@ -274,10 +280,12 @@ def _fit(results, plan, comm):
         gamma_note = (f"gamma measured separately: local {dtype} {op} reduction of 16 MiB, "
                       f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
         fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],
-                             gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB")
-        fits += C.fit_results([r for r in results if not (r.dtype == dtype and r.op == plan["ops"][0])])
+                             gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
+                             min_bytes=plan["fit_min"])
+        fits += C.fit_results([r for r in results if not (r.dtype == dtype and r.op == plan["ops"][0])],
+                              min_bytes=plan["fit_min"])
     else:
-        fits = C.fit_results(results)
+        fits = C.fit_results(results, min_bytes=plan["fit_min"])
     return fits, gamma_note
 
 
@@ -318,7 +326,9 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
             Column("gamma (ns/B)", "gamma", "{:.5f}"), Column("median err %", "err", fmt_float(1)),
             Column("median err % (>= 64 KiB)", "err64", fmt_float(1)), Column("max err %", "max", fmt_float(1))]
     print_table("alpha-beta fit (least squares on relative error; DESIGN.md section 3 formulas)", cols, rows,
-                caption="; ".join(f"{a}: t = {C.FIT_FORMULAS[a]}" for a in dict.fromkeys(f.algo for f in fits)))
+                caption="; ".join([f"fitted on sizes >= {fits[0].fit_min_bytes} B" if fits[0].fit_min_bytes
+                                   else "fitted on every size"]
+                                  + [f"{a}: t = {C.FIT_FORMULAS[a]}" for a in dict.fromkeys(f.algo for f in fits)]))
     pts = []
     for f in fits:
         for m, t, p, e in zip(f.sizes_bytes, f.measured_us, f.predicted_us, f.rel_errors(), strict=True):
