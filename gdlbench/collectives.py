@@ -148,7 +148,8 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
     if algo not in ALGOS:
         raise UsageError(f"unknown algorithm {algo!r} ({', '.join(ALGOS)})")
     if algo != "library" and (collective != "allreduce" or backend != "mpi"):
-        raise UsageError(f"--algo {algo}: gdlbench's own algorithms are MPI all-reduces (use --algo library)")
+        raise UsageError(f"--algo {algo}: gdlbench's own algorithms are all-reduces on MPI "
+                         f"(add --backend mpi, or use --algo library)")
     if algo == "ps" and not 1 <= servers <= nranks:
         raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
     if collective == "broadcast" and not 0 <= root < nranks:

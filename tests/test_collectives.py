@@ -322,3 +322,24 @@ def test_fit_min_bytes_leaves_out_small_sizes():
     assert len(fit.rel_errors()) == len(sizes)  # errors reported for every size
     with pytest.raises(UsageError):
         C.fit_alpha_beta(sizes, times, "ring", 2, min_bytes=2**25)
+
+
+def test_wrong_elements_fail_the_run(monkeypatch, capsys, tmp_path):
+    """A row with wrong elements: the table says FAILED, the JSON is still written, exit 1."""
+    from gdlbench import cli
+    from gdlbench.commands import allreduce as cmd
+
+    real = C.run_one
+
+    def corrupt(*args, **kwargs):
+        r = real(*args, **kwargs)
+        r.wrong = 5
+        return r
+
+    monkeypatch.setattr(cmd.C, "run_one", corrupt)
+    out = tmp_path / "w.json"
+    code = cli.main(["allreduce", "--size", "64", "-n", "2", "--json", str(out)])
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.out and "wrong elements" in captured.err
+    assert all(r["wrong"] == 5 for r in json.loads(out.read_text())["rows"])
