@@ -259,6 +259,7 @@ def test_bad_input_one_line_exit_2(argv, message):
     (["allreduce", "--algo", "ps", "--servers", "3"], "--servers"),  # 3 servers of 2 ranks
     (["broadcast", "--root", "2"], "--root"),
     (["allreduce", "-d", "int7"], "--dtype"),
+    (["allreduce", "--size", "900G"], "host memory"),
 ])
 def test_bad_input_under_mpiexec_is_the_same_on_every_rank(argv, message):
     p = run_cli(*argv, nranks=2, timeout=60)

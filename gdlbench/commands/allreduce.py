@@ -80,6 +80,7 @@ def make(collective: str):
         nranks = comm.Get_size()
         try:
             plan = _plan(collective, args, nranks)
+            _check_memory(collective, plan, nranks, comm)
         except UsageError as exc:  # argv and N are the same on every rank: all stop here, rank 0 says why
             if env.rank() == 0:
                 print(f"gdlbench {collective}: error: {exc}", file=sys.stderr, flush=True)
@@ -205,7 +206,6 @@ def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
 def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     nranks = comm.Get_size()
     is_root = env.rank() == 0
-    _check_memory(collective, plan, nranks, comm)
     if plan["backend"] == "mpi":
         C._core.keep_freed_memory(1 << 30)
     combos = [(d, o, a) for d in plan["dtypes"] for o in plan["ops"] for a in plan["algos"]]
