@@ -206,6 +206,7 @@ def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
 def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     nranks = comm.Get_size()
     is_root = env.rank() == 0
+    env.local_ranks()  # collective (Split_type), cached: env.collect() on rank 0 alone must not call it first
     if plan["backend"] == "mpi":
         C._core.keep_freed_memory(1 << 30)
     combos = [(d, o, a) for d in plan["dtypes"] for o in plan["ops"] for a in plan["algos"]]
