@@ -229,7 +229,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
         fits, gamma_note = _fit(results, plan, comm)
 
     wrong_rows = sum(1 for r in results if r.wrong)
-    region = C.REGION[plan["backend"]]
+    region = C.region(plan["backend"], plan["algos"])
     notes = [f"sizes: {SIZE_CONVENTION}"]
     if collective in ("reduce_scatter", "allgather"):
         notes.append("size = the total buffer (N blocks of count elements), as nccl-tests; count is per rank")
