@@ -14,6 +14,12 @@ namespace py = pybind11;
 
 namespace gdl::bind {
 
+MPI_Comm get_comm(py::handle comm) {
+  MPI_Comm* c = PyMPIComm_Get(comm.ptr());
+  if (!c) throw py::error_already_set();
+  return *c;
+}
+
 template <class T>
 static void fill_array(py::array a, uint64_t seed) {
   T* p = host_data<T>(a, "fill");
@@ -73,5 +79,8 @@ PYBIND11_MODULE(_core, m) {
       "Fill a float32/float64 array with gdlbench's deterministic test data (exact in every dtype).");
 
   gdl::bind::bind_gemm(m);
+  gdl::bind::bind_layer(m);
+  gdl::bind::bind_net(m);
+  gdl::bind::bind_update(m);
   gdl::bind::bind_comm(m);
 }

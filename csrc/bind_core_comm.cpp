@@ -4,7 +4,6 @@
 #include <pybind11/stl.h>
 
 #include <mpi.h>
-#include <mpi4py/mpi4py.h>
 
 #include "bind_core.h"
 #include "comm/allreduce.h"
@@ -13,12 +12,6 @@ namespace py = pybind11;
 
 namespace gdl::bind {
 namespace {
-
-MPI_Comm get_comm(py::handle o) {
-  MPI_Comm* c = PyMPIComm_Get(o.ptr());
-  if (!c) throw py::error_already_set();
-  return *c;
-}
 
 comm::DType array_dtype(const py::array& a, const std::string& name) {
   if (!name.empty()) {
@@ -39,8 +32,6 @@ comm::DType array_dtype(const py::array& a, const std::string& name) {
 }  // namespace
 
 void bind_comm(py::module_& m) {
-  // mpi4py's C API lives in per-translation-unit pointers: import it here too.
-  if (import_mpi4py() < 0) throw py::error_already_set();
   m.def(
       "comm_bench",
       [](py::object comm, const std::string& collective, const std::string& algo, std::size_t count,

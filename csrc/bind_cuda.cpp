@@ -128,4 +128,5 @@ PYBIND11_MODULE(_cuda, m) {
       "Time cuBLAS C = op(A) @ op(B) on row-major device buffers: one CUDA-event sample (us) per iteration.");
 
   gdl::bind::bind_cuda_nccl(m);
+  gdl::bind::bind_cuda_layers(m);
 }

@@ -8,4 +8,5 @@ namespace gdl::bind {
 inline void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 // Areas add their binding function here and call it from PYBIND11_MODULE(_cuda, ...).
 void bind_cuda_nccl(pybind11::module_& m);  // csrc/bind_cuda_nccl.cpp: NCCL collectives
+void bind_cuda_layers(pybind11::module_& m);  // LayerBench, layer_types, SGD update, copies
 }  // namespace gdl::bind

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
-from mpi4py import MPI  # noqa: F401  -- loads libmpi first, so _core binds to the same library
+# OpenMP (element-wise kernels) and OpenBLAS (GEMM) keep separate thread pools on the same cores.
+# Spinning idle OpenMP threads steal whole scheduler slices from OpenBLAS's (layers then take
+# multiples of ~4-8 ms), so they sleep at once. libgomp reads this when it loads, hence here.
+# (OPENBLAS_THREAD_TIMEOUT stays at its default: a short one made skinny GEMMs 3x slower.)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from . import _core
+from mpi4py import MPI  # noqa: E402  -- loads libmpi first, so _core binds to the same library
+
+from . import _core  # noqa: E402
 from .errors import UsageError
 
 CUDA_IMPORT_ERROR: str | None = None

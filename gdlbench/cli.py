@@ -14,6 +14,13 @@ from .errors import CheckFailed, UsageError
 COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("env", "versions of every library, devices, CPU and MPI world"),
     "gemm": ("gemm", "GEMM: OpenBLAS on the CPU, cuBLAS on the GPU"),
+    "iteration": ("iteration", "an SGD iteration: every phase alone, composed per strategy, against the model"),
+    "nets": ("nets", "the networks: layers, parameters, size, forward FLOPs"),
+    "predict": ("predict", "predicted iteration time, throughput and scaling per strategy"),
+    "update": ("update", "SGD with momentum over a flat parameter buffer, GB/s vs a copy"),
+    "copy": ("copy", "host<->device and device-to-device copy bandwidth (nvbandwidth's method)"),
+    "io": ("io", "t_io: read and decode a batch of JPEG files with T threads"),
+    "conv": ("conv", "convolution fwd/bwd-data/bwd-filter: im2col + OpenBLAS on the CPU, cuDNN on the GPU"),
     "allreduce": ("allreduce", "all-reduce: MPI library, gdlbench's ring/rd/tree/ps, NCCL (nccl-tests flags)"),
     "reduce_scatter": ("reduce_scatter", "reduce-scatter, MPI or NCCL (size = total buffer)"),
     "allgather": ("allgather", "all-gather, MPI or NCCL (size = total buffer)"),
@@ -53,7 +60,8 @@ def check_common(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(prog="gdlbench", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = ArgumentParser(prog="gdlbench", description="Every phase of a data-parallel SGD iteration, timed with "
+                            "real kernels and held against analytic models. `gdlbench COMMAND --help` for each.")
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
@@ -95,6 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import env
 
     rank, size = env.rank(), env.world().Get_size()
+    env.local_ranks()  # a collective (cached): every rank takes part now, so rank 0 alone may ask later
     warning = env.launcher_mismatch()
     if warning:
         print(warning, file=sys.stderr, flush=True)

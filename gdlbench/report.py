@@ -64,6 +64,15 @@ class OutputFile:
             raise
 
 
+def _csv_cell(key: str, value: Any) -> Any:
+    """Samples as 'a;b;c' (one record per row); other lists and dicts as JSON text."""
+    if key.startswith("samples") and isinstance(value, (list, tuple)):
+        return ";".join(f"{x:.4f}" for x in value)
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=_json_default)
+    return value
+
+
 def _json_default(o: Any) -> Any:
     if hasattr(o, "to_dict"):
         return o.to_dict()
@@ -111,8 +120,7 @@ class Report:
         writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         writer.writeheader()
         for row in self.rows:
-            writer.writerow({k: ";".join(f"{x:.4f}" for x in v) if isinstance(v, (list, tuple)) else v
-                             for k, v in row.items()})
+            writer.writerow({k: _csv_cell(k, v) for k, v in row.items()})
         return buf.getvalue()
 
     def write(self, json_file: OutputFile | None, csv_file: OutputFile | None) -> None:
@@ -131,7 +139,8 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict], con
                 caption: str | None = None) -> None:
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
-        table.add_column(col.header, justify="right" if col.key not in ("layer", "phase", "name", "strategy", "type") else "left")
+        text = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
+        table.add_column(col.header, justify="left" if text else "right")
     for row in rows:
         table.add_row(*(escape(col.render(row)) for col in columns))
     (console or stdout_console()).print(table)

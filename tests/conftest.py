@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,10 @@ import pytest
 import gdlbench
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
+GDLBENCH = Path(sys.executable).parent / "gdlbench"
+# Subprocesses run outside the checkout, so that they import the installed gdlbench (with its
+# native modules), not the source folder.
+NEUTRAL_CWD = tempfile.gettempdir()
 HAVE_GPU = gdlbench.cuda_status()[0] > 0
 requires_gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no GPU: {gdlbench.cuda_status()[1]}")
 
@@ -27,12 +32,12 @@ def mpi_env() -> dict:
 def run_mpi(nranks: int, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """`mpiexec -n N <args>`; args starting with '-c' or a .py path run under this Python."""
     cmd = [str(MPIEXEC), "-n", str(nranks), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=NEUTRAL_CWD)
 
 
 def run_cli(*args: str, nranks: int = 0, timeout: float = 180) -> subprocess.CompletedProcess:
     """The gdlbench CLI as a user runs it: alone, or under mpiexec with nranks ranks."""
-    cli = [sys.executable, "-m", "gdlbench", *args]
+    cli = [str(GDLBENCH), *args]
     if nranks:
         return run_mpi(nranks, *cli, timeout=timeout)
-    return subprocess.run(cli, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+    return subprocess.run(cli, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=NEUTRAL_CWD)

@@ -24,4 +24,14 @@ inline void check_nccl(ncclResult_t r, const char* what, const char* file, int l
 
 #define CUDA_CHECK(call) ::gdl::cuda::check_cuda((call), #call, __FILE__, __LINE__)
 #define CUBLAS_CHECK(call) ::gdl::cuda::check_cublas((call), #call, __FILE__, __LINE__)
+
+#include <cudnn.h>
+
+namespace gdl::cuda {
+inline void check_cudnn_status(cudnnStatus_t s, const char* what, const char* file, int line) {
+  if (s != CUDNN_STATUS_SUCCESS) GDL_FAIL(what, ": ", cudnnGetErrorString(s), " (", file, ":", line, ")");
+}
+}  // namespace gdl::cuda
+
+#define CUDNN_CHECK(call) ::gdl::cuda::check_cudnn_status((call), #call, __FILE__, __LINE__)
 #define NCCL_CHECK(call) ::gdl::cuda::check_nccl((call), #call, __FILE__, __LINE__)

@@ -1,5 +1,7 @@
 // cuBLAS GEMM on row-major device buffers: C[m x n] = op(A) * op(B).
 #pragma once
+#include <cublas_v2.h>
+
 #include <vector>
 
 #include "common/timer.h"

@@ -1,0 +1,68 @@
+// Fully connected layer through OpenBLAS: y[N x out] = x[N x in] W^T + b, W stored [out, in]
+// (Caffe's and PyTorch's layout). The input may be any per-sample shape (C, H, W); it is read
+// flat per sample, as Caffe's InnerProduct does.
+#include "common/errors.h"
+#include "cpu/blas.h"
+#include "cpu/layer.h"
+
+namespace gdl::cpu {
+namespace {
+
+class FcLayer : public Layer {
+ public:
+  explicit FcLayer(const LayerSpec& s) : Layer(s) {
+    in_ = numel(s.in_shapes.at(0));
+    out_ = static_cast<int64_t>(s.attr("out_features", static_cast<double>(numel(s.out_shape))));
+    bias_ = s.attr("bias", 1.0) != 0.0;
+    GDL_REQUIRE(s.in_shapes.size() == 1, "fc ", s.name, ": takes one input");
+    GDL_REQUIRE(out_ == numel(s.out_shape), "fc ", s.name, ": out_features ", out_, " but out_shape has ",
+                numel(s.out_shape), " elements");
+    GDL_REQUIRE(s.param_shapes.size() == (bias_ ? 2u : 1u), "fc ", s.name, ": param_shapes must be [out, in]",
+                bias_ ? " then [out]" : "");
+    GDL_REQUIRE(numel(s.param_shapes[0]) == out_ * in_, "fc ", s.name, ": weight must be [", out_, ", ", in_, "]");
+    if (bias_) GDL_REQUIRE(numel(s.param_shapes[1]) == out_, "fc ", s.name, ": bias must be [", out_, "]");
+  }
+
+  void forward(const std::vector<const float*>& x, float* y) override {
+    const int n = spec_.batch;
+    if (bias_) {  // y = b broadcast, then y += x W^T (one GEMM with beta = 1)
+      const float* b = params_[1];
+#pragma omp parallel for schedule(static)
+      for (int i = 0; i < n; ++i)
+        for (int64_t j = 0; j < out_; ++j) y[i * out_ + j] = b[j];
+    }
+    gemm(false, true, n, int(out_), int(in_), 1.f, x[0], int(in_), params_[0], int(in_), bias_ ? 1.f : 0.f, y,
+         int(out_));
+  }
+
+  void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
+                     const std::vector<float*>& dx) override {
+    if (!dx[0]) return;
+    // dx[N x in] += dy[N x out] W[out x in]
+    gemm(false, false, spec_.batch, int(in_), int(out_), 1.f, dy, int(out_), params_[0], int(in_), 1.f, dx[0],
+         int(in_));
+  }
+
+  void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
+    const int n = spec_.batch;
+    // dW[out x in] = dy^T x
+    gemm(true, false, int(out_), int(in_), n, 1.f, dy, int(out_), x[0], int(in_), 0.f, grads_[0], int(in_));
+    if (bias_) {
+      float* db = grads_[1];
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < out_; ++j) {
+        float s = 0.f;
+        for (int i = 0; i < n; ++i) s += dy[i * out_ + j];
+        db[j] = s;
+      }
+    }
+  }
+
+ private:
+  int64_t in_ = 0, out_ = 0;
+  bool bias_ = true;
+};
+GDL_REGISTER_LAYER("fc", FcLayer);
+
+}  // namespace
+}  // namespace gdl::cpu

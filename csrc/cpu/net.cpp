@@ -1,0 +1,325 @@
+#include "cpu/net.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "cpu/blas.h"
+
+namespace gdl::cpu {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double us_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
+// SGD with momentum and weight decay (PyTorch's convention): v = mu v + (g + wd w); w -= lr v.
+void sgd_step(float* w, const float* g, float* v, int64_t n, const SgdConfig& c) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float vi = c.momentum * v[i] + (g[i] + c.weight_decay * w[i]);
+    v[i] = vi;
+    w[i] -= c.lr * vi;
+  }
+}
+
+// Per-sample max over ranks, so a row is as slow as its slowest rank.
+void max_over_ranks(std::vector<double>& samples, MPI_Comm comm) {
+  MPI_Allreduce(MPI_IN_PLACE, samples.data(), static_cast<int>(samples.size()), MPI_DOUBLE, MPI_MAX, comm);
+}
+
+// The communication thread: sends queued messages in order, records when each started and ended.
+class CommThread {
+ public:
+  CommThread(const std::vector<Message>& msgs, const AllreduceFn& allreduce, float* grads)
+      : msgs_(msgs), allreduce_(allreduce), grads_(grads), start_(msgs.size()), end_(msgs.size()),
+        worker_([this] { loop(); }) {}
+  ~CommThread() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  void begin_iteration(clock_type::time_point t0) {
+    std::lock_guard<std::mutex> g(mu_);
+    t0_ = t0;
+    done_ = 0;
+    error_.clear();
+  }
+  void post(int i) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      queue_.push_back(i);
+    }
+    cv_.notify_all();
+  }
+  void wait_all() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return done_ == msgs_.size(); });
+    if (!error_.empty()) GDL_FAIL("all-reduce on the communication thread failed: ", error_);
+  }
+  const std::vector<double>& starts() const { return start_; }
+  const std::vector<double>& ends() const { return end_; }
+
+ private:
+  void loop() {
+    for (;;) {
+      int i;
+      clock_type::time_point t0;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+        if (stop_ && queue_.empty()) return;
+        i = queue_.front();
+        queue_.pop_front();
+        t0 = t0_;
+      }
+      const auto& m = msgs_[i];
+      start_[i] = us_since(t0);
+      std::string err;
+      try {
+        allreduce_(grads_ + m.offset, m.count);
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      end_[i] = us_since(t0);
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (!err.empty()) error_ = err;
+        ++done_;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  const std::vector<Message>& msgs_;
+  const AllreduceFn& allreduce_;
+  float* grads_;
+  std::vector<double> start_, end_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  std::size_t done_ = 0;
+  bool stop_ = false;
+  std::string error_;
+  clock_type::time_point t0_;
+  std::thread worker_;  // last: starts after every other member exists
+};
+
+}  // namespace
+
+Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
+  GDL_REQUIRE(!specs.empty(), "a network needs at least one layer");
+  GDL_REQUIRE(batch >= 1, "batch must be >= 1, got ", batch);
+  int64_t total_params = 0;
+  for (std::size_t l = 0; l < specs.size(); ++l) {
+    auto& s = specs[l];
+    s.batch = batch;
+    for (int j : s.inputs)
+      GDL_REQUIRE(j >= -1 && j < static_cast<int>(l), "layer ", s.name, ": input ", j, " is not an earlier layer");
+    GDL_REQUIRE(s.inputs.size() == s.in_shapes.size(), "layer ", s.name, ": inputs and in_shapes differ in length");
+    layers_.push_back(make_layer(s));
+    inputs_.push_back(s.inputs);
+    param_offset_.push_back(total_params);
+    total_params += layers_.back()->param_count();
+  }
+  // Buffers, touched (zeroed or filled) here so no page fault lands in a timed region.
+  const Shape& data_shape = specs.front().in_shapes.at(0);
+  data_.assign(batch * numel(data_shape), 0.f);
+  staging_.resize(data_.size());
+  fill(staging_.data(), staging_.size(), 3);
+  std::copy(staging_.begin(), staging_.end(), data_.begin());
+  for (auto& layer : layers_) {
+    act_.emplace_back(layer->out_count(), 0.f);
+    act_grad_.emplace_back(layer->out_count(), 0.f);
+  }
+  fill(act_grad_.back().data(), act_grad_.back().size(), 9);  // dL/dy of the last layer (ignored by a loss)
+  params_.resize(total_params);
+  grads_.assign(total_params, 0.f);
+  momentum_.assign(total_params, 0.f);
+  fill(params_.data(), params_.size(), 5);
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    // He-like scale per weight tensor (values are uniform in [-1, 1]) keeps activations finite
+    // through deep stacks; 1-D tensors (biases, BN shift) small; BN scale near 1.
+    float* p = params_.data() + param_offset_[l];
+    const auto& shapes = specs[l].param_shapes;
+    for (std::size_t t = 0; t < shapes.size(); ++t) {
+      const int64_t n = numel(shapes[t]);
+      const bool bn_scale = specs[l].type == "bn" && t == 0;
+      const float scale = shapes[t].size() > 1 ? std::sqrt(6.0f / static_cast<float>(n / shapes[t][0])) : 0.1f;
+      for (int64_t i = 0; i < n; ++i) p[i] = (bn_scale ? 1.0f : 0.0f) + scale * p[i];
+      p += n;
+    }
+    layers_[l]->bind_params(params_.data() + param_offset_[l], grads_.data() + param_offset_[l]);
+  }
+  labels_.resize(batch);
+  const int64_t classes = std::max<int64_t>(1, numel(specs.back().in_shapes.at(0)));
+  for (int i = 0; i < batch; ++i) labels_[i] = static_cast<int32_t>((i * 7919) % classes);
+  for (auto& layer : layers_) layer->set_labels(labels_.data());
+}
+
+std::vector<const float*> Net::layer_inputs(int l) const {
+  std::vector<const float*> v;
+  for (int j : inputs_[l]) v.push_back(j < 0 ? data_.data() : act_[j].data());
+  return v;
+}
+
+std::vector<float*> Net::layer_input_grads(int l) {
+  std::vector<float*> v;
+  for (int j : inputs_[l]) v.push_back(j < 0 ? nullptr : act_grad_[j].data());
+  return v;
+}
+
+void Net::forward_layer(int l) { layers_[l]->forward(layer_inputs(l), act_[l].data()); }
+
+void Net::backward_layer(int l) {
+  const auto x = layer_inputs(l);
+  layers_[l]->backward_params(x, act_[l].data(), act_grad_[l].data());
+  layers_[l]->backward_data(x, act_[l].data(), act_grad_[l].data(), layer_input_grads(l));
+}
+
+void Net::forward() {
+  for (int l = 0; l < layers(); ++l) forward_layer(l);
+}
+
+void Net::backward(const std::function<void(int)>& after_layer) {
+  // Input gradients accumulate (an activation may feed several layers): zero them first.
+  for (int l = 0; l + 1 < layers(); ++l) std::memset(act_grad_[l].data(), 0, act_grad_[l].size() * sizeof(float));
+  for (int l = layers() - 1; l >= 0; --l) {
+    backward_layer(l);
+    if (after_layer) after_layer(l);
+  }
+}
+
+void Net::update(const SgdConfig& sgd) { sgd_step(params_.data(), grads_.data(), momentum_.data(), param_count(), sgd); }
+
+std::vector<std::vector<double>> Net::time_forward(const TimingPlan& plan) {
+  forward();
+  std::vector<std::vector<double>> out;
+  for (int l = 0; l < layers(); ++l) out.push_back(time_steady(plan, [&] { forward_layer(l); }));
+  return out;
+}
+
+std::vector<std::vector<double>> Net::time_backward(const TimingPlan& plan) {
+  forward();
+  backward();
+  std::vector<std::vector<double>> out(layers());
+  for (int l = layers() - 1; l >= 0; --l) out[l] = time_steady(plan, [&] { backward_layer(l); });
+  return out;
+}
+
+std::vector<double> Net::time_update(const TimingPlan& plan, const SgdConfig& sgd) {
+  return time_steady(plan, [&] { update(sgd); });
+}
+
+std::vector<double> Net::time_h2d(const TimingPlan& plan) {
+  return time_steady(plan, [&] { std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float)); });
+}
+
+std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
+                                                    const AllreduceFn& allreduce, MPI_Comm comm) {
+  std::vector<std::vector<double>> out;
+  for (const auto& m : msgs) {
+    GDL_REQUIRE(m.offset >= 0 && m.count > 0 && m.offset + m.count <= param_count(), "message [", m.offset, ", +",
+                m.count, ") is outside the gradient buffer");
+    auto s = time_steady(plan, [&] { allreduce(grads_.data() + m.offset, m.count); }, [&] { MPI_Barrier(comm); });
+    max_over_ranks(s, comm);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
+                                        const AllreduceFn& allreduce, const std::function<void()>& io,
+                                        bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
+                                        IterationTrace* last_trace) {
+  validate(plan);
+  int64_t covered = 0;
+  std::vector<std::vector<int>> ready_at(layers());  // messages that become ready after layer l
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    const auto& m = msgs[i];
+    GDL_REQUIRE(m.offset >= 0 && m.count > 0 && m.offset + m.count <= param_count(), "message ", i,
+                " is outside the gradient buffer");
+    GDL_REQUIRE(m.ready_after >= 0 && m.ready_after < layers(), "message ", i, ": no layer ", m.ready_after);
+    ready_at[m.ready_after].push_back(static_cast<int>(i));
+    covered += m.count;
+  }
+  GDL_REQUIRE(covered == param_count(), "the messages cover ", covered, " of ", param_count(), " gradients");
+
+  CommThread comm_thread(msgs, allreduce, grads_.data());
+  std::thread io_thread;
+  std::string io_error;
+  struct JoinOnExit {  // an exception must not leave a joinable thread behind (std::terminate)
+    std::thread& t;
+    ~JoinOnExit() {
+      if (t.joinable()) t.join();
+    }
+  } join_on_exit{io_thread};
+  auto start_io = [&] {
+    io_thread = std::thread([&] {
+      try {
+        io();
+      } catch (const std::exception& e) {
+        io_error = e.what();
+      }
+    });
+  };
+  auto finish_io = [&] {
+    if (io_thread.joinable()) io_thread.join();
+    if (!io_error.empty()) GDL_FAIL("data I/O failed: ", io_error);
+  };
+
+  std::vector<double> samples;
+  IterationTrace trace;
+  if (io && prefetch) start_io();  // the first batch's read, ahead of the first iteration
+  for (int it = 0; it < plan.warmup + plan.iters; ++it) {
+    MPI_Barrier(comm);  // untimed: every rank starts the iteration together
+    const auto t0 = clock_type::now();
+    comm_thread.begin_iteration(t0);
+    trace.layer_backward_end.assign(layers(), 0.0);
+    if (io) {
+      if (prefetch) {
+        finish_io();  // this iteration's batch, read while the previous one computed
+        start_io();   // the next batch, read while this one computes
+      } else {
+        io();
+      }
+    }
+    trace.io_wait_end = us_since(t0);
+    std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
+    trace.h2d_end = us_since(t0);
+    forward();
+    trace.forward_end = us_since(t0);
+    backward([&](int l) {
+      trace.layer_backward_end[l] = us_since(t0);
+      if (overlap)
+        for (int i : ready_at[l]) comm_thread.post(i);
+    });
+    trace.backward_end = us_since(t0);
+    if (!overlap)
+      for (std::size_t i = 0; i < msgs.size(); ++i) comm_thread.post(static_cast<int>(i));
+    comm_thread.wait_all();
+    trace.comm_end = us_since(t0);
+    update(sgd);
+    trace.update_end = us_since(t0);
+    if (it >= plan.warmup) samples.push_back(trace.update_end);
+  }
+  finish_io();
+  max_over_ranks(samples, comm);
+  if (last_trace) {
+    trace.message_start = comm_thread.starts();
+    trace.message_end = comm_thread.ends();
+    *last_trace = trace;
+  }
+  return samples;
+}
+
+}  // namespace gdl::cpu

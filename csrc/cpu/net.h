@@ -1,0 +1,88 @@
+// The CPU iteration executor: a network's layers with all their buffers, run phase by phase in
+// isolation (per layer), and as a composed SGD iteration in which gradients are all-reduced from
+// a communication thread while backward runs (WFBP) or after it, as the caller's message plan says.
+#pragma once
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/timer.h"
+#include "cpu/layer.h"
+
+namespace gdl::cpu {
+
+// One gradient message: `count` floats of the flat gradient buffer from `offset`, sent once the
+// backward pass of layer `ready_after` (and of every layer after it) is done.
+struct Message {
+  int64_t offset = 0;
+  int64_t count = 0;
+  int ready_after = 0;
+};
+
+// Sends one message in place (sum over ranks); the executor calls it from its communication thread.
+using AllreduceFn = std::function<void(float* data, int64_t count)>;
+
+// Time stamps (us since the iteration's start) of one composed iteration, for the timeline.
+struct IterationTrace {
+  double io_wait_end = 0, h2d_end = 0, forward_end = 0, backward_end = 0, comm_end = 0, update_end = 0;
+  std::vector<double> layer_backward_end;  // per layer, in layer order
+  std::vector<double> message_start, message_end;  // per message, in plan order
+};
+
+struct SgdConfig {
+  float lr = 0.01f, momentum = 0.9f, weight_decay = 1e-4f;
+};
+
+class Net {
+ public:
+  Net(std::vector<LayerSpec> specs, int batch);
+
+  int64_t param_count() const { return static_cast<int64_t>(params_.size()); }
+  int64_t layer_param_offset(int l) const { return param_offset_.at(l); }
+  int layers() const { return static_cast<int>(layers_.size()); }
+  const std::vector<float>& params() const { return params_; }
+  const std::vector<float>& grads() const { return grads_; }
+
+  // Phases in isolation: one sample vector per layer (forward; backward = params + data).
+  std::vector<std::vector<double>> time_forward(const TimingPlan& plan);
+  std::vector<std::vector<double>> time_backward(const TimingPlan& plan);
+  std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
+  std::vector<double> time_h2d(const TimingPlan& plan);  // memcpy of a batch into the input buffer
+  // Each message of the plan sent alone, with a barrier before every sample; max over ranks.
+  std::vector<std::vector<double>> time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
+                                                 const AllreduceFn& allreduce, MPI_Comm comm);
+
+  // The composed iteration. `overlap`: messages start as soon as they are ready (WFBP) on the
+  // communication thread; otherwise all of them go after backward. `prefetch` runs the next
+  // batch's I/O on another thread while this iteration computes; `io` may be empty.
+  std::vector<double> time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
+                                     const AllreduceFn& allreduce, const std::function<void()>& io,
+                                     bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
+                                     IterationTrace* last_trace);
+
+  void forward();
+  // Zeroes the activation gradients, then runs every layer's backward, last first, calling
+  // after_layer(l) as soon as layer l is done (the composed iteration posts messages there).
+  void backward(const std::function<void(int)>& after_layer = {});
+  void update(const SgdConfig& sgd);
+
+ private:
+  void forward_layer(int l);
+  void backward_layer(int l);
+  std::vector<const float*> layer_inputs(int l) const;
+  std::vector<float*> layer_input_grads(int l);
+
+  int batch_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<std::vector<int>> inputs_;   // producer indices per layer (-1 = data)
+  std::vector<std::vector<float>> act_, act_grad_;
+  std::vector<float> data_, staging_;     // the input batch, and the host batch it is copied from
+  std::vector<int32_t> labels_;
+  std::vector<float> params_, grads_, momentum_;
+  std::vector<int64_t> param_offset_;
+};
+
+}  // namespace gdl::cpu

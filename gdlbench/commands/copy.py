@@ -1,0 +1,67 @@
+"""gdlbench copy: host<->device and device-to-device copy bandwidth, as nvbandwidth reports it."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import env
+from ..cli import common_options
+from ..copy import CPU_NOTE, copy, plan
+from ..errors import CheckFailed
+from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..units import SIZE_CONVENTION, format_bytes, parse_size
+
+COLUMNS = [
+    Column("direction", "direction"), Column("memory", "memory"), Column("size", "size_bytes", format_bytes),
+    Column("copies/sample", "copies_per_sample"), Column("time/copy (us)", "time_per_copy_us", fmt_float(1)),
+    Column("cv", "time_cv", fmt_float(3)), Column("GB/s", "gbs", fmt_float(2)), Column("#wrong", "wrong"),
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", default="1GB", help="bytes per copy: 1GB, 512MiB, 64M ... (default 1GB)")
+    p.add_argument("--direction", default="h2d", help="h2d, d2h, d2d or all (default h2d)")
+    p.add_argument("--memory", default="pinned", help="host memory: pinned, pageable or both (default pinned)")
+    p.add_argument("--copies", type=int, default=4, help="copies per sample (default 4; nvbandwidth uses 16)")
+    common_options(p)
+    p.set_defaults(iters=10, warmup=2)
+
+
+def run(args: argparse.Namespace) -> int:
+    size = parse_size(args.size, "--size")
+    pairs = plan(args.direction, args.memory)
+    if args.copies < 1:
+        from ..errors import UsageError
+
+        raise UsageError(f"--copies must be >= 1, got {args.copies}")
+    json_out = OutputFile(args.json, "--json") if args.json else None
+    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    device, why = env.resolve_device(args.device)
+    if device == "cpu":  # pinned and pageable are the same memcpy on the host
+        pairs = list(dict.fromkeys((d, "host") for d, _ in pairs))
+    is_root = env.rank() == 0
+    progress = Progress(len(pairs), "copy", enabled=is_root)
+    results = []
+    for d, m in pairs:
+        r = copy(size, d, "pinned" if m == "host" else m, device, copies=args.copies, iters=args.iters,
+                 warmup=args.warmup, threads=args.threads)
+        results.append(r)
+        progress.step(f"{d} {m}: {r.gbs:.2f} GB/s")
+    clock = results[0].measurement.clock
+    region = ("one sample = --copies back-to-back copies between CUDA events, queued behind a kernel that holds the "
+              "stream until all are enqueued (nvbandwidth's method)" if device == "cuda"
+              else f"one sample = --copies memcpys between touched host buffers ({results[0].threads} threads)")
+    report = Report("copy", vars(args) | {"device": device, "size_bytes": size}, env.collect() if is_root else {},
+                    {"clock": clock, "region": region, "rank_reduction": "none (this rank)"},
+                    rows=[r.to_dict() for r in results],
+                    notes=[CPU_NOTE] if device == "cpu" else [])
+    caption = (f"device {device} ({why}); clock {clock}; median of {args.iters} samples after {args.warmup} warm-up; "
+               f"GB/s = bytes x copies / 1e9 / s (nvbandwidth); data verified after the timed copies; {SIZE_CONVENTION}")
+    if device == "cpu":
+        caption += f". {CPU_NOTE} (the same memcpy for every direction)"
+    if is_root:
+        print_table(f"gdlbench copy ({format_bytes(size)})", COLUMNS, report.rows, caption=caption)
+        report.write(json_out, csv_out)
+    if not all(r.passed for r in results):
+        raise CheckFailed("copied data differ from the source")
+    return 0

@@ -1,0 +1,63 @@
+"""gdlbench io: t_io, reading (and decoding) a batch of JPEG files from a file-backed dataset."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import env
+from ..cli import common_options
+from ..errors import UsageError
+from ..io import DEFAULT_SIZE, Dataset, parse_image_size, time_read
+from ..report import Column, OutputFile, Report, fmt_float, print_table
+
+COLUMNS = [
+    Column("op", "op"), Column("batch", "batch"), Column("threads", "threads"),
+    Column("mean file (KB)", "mean_file_bytes", lambda v: f"{v / 1e3:.1f}"),
+    Column("time (ms)", "time_us", lambda v: f"{v / 1e3:.2f}"), Column("cv", "time_cv", fmt_float(3)),
+    Column("images/s", "images_per_s", fmt_float(1)), Column("MB/s", "mb_per_s", fmt_float(1)),
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="dataset directory: generated once, reused when its manifest matches "
+                                 "(default: a temporary directory, removed afterwards)")
+    p.add_argument("--images", type=int, default=256, help="images in the dataset (default 256)")
+    p.add_argument("--batch", type=int, default=64, help="images per timed batch (default 64)")
+    p.add_argument("--size", default=f"{DEFAULT_SIZE[0]}x{DEFAULT_SIZE[1]}", help="image WIDTHxHEIGHT (default 500x375)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--decode", dest="decode", action="store_const", const=True, default=None,
+                   help="time read + decode only (default: both rows)")
+    g.add_argument("--no-decode", dest="decode", action="store_const", const=False, help="time reading only")
+    common_options(p, device=False)
+    p.set_defaults(iters=10, warmup=2)
+
+
+def run(args: argparse.Namespace) -> int:
+    size = parse_image_size(args.size)
+    if args.images < 1 or args.batch < 1:
+        raise UsageError(f"--images and --batch must be >= 1, got {args.images} and {args.batch}")
+    json_out = OutputFile(args.json, "--json") if args.json else None
+    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    threads = args.threads or env.usable_cores()
+    ds = Dataset.ensure(args.dir, args.images, size)
+    try:
+        modes = [True, False] if args.decode is None else [args.decode]
+        results = [time_read(ds, args.batch, threads, d, args.iters, args.warmup) for d in modes]
+    finally:
+        if ds.tmp is not None:
+            ds.tmp.cleanup()
+    is_root = env.rank() == 0
+    report = Report("io", vars(args) | {"threads": threads}, env.collect() if is_root else {},
+                    {"clock": "steady-clock", "region": results[0].measurement.region + " (Python time.perf_counter)",
+                     "rank_reduction": "none (this rank)"},
+                    rows=[r.to_dict() for r in results],
+                    summary={"dataset": str(args.dir) if args.dir else "temporary", "generated": ds.generated,
+                             "images": len(ds.files), "total_bytes": ds.total_bytes})
+    where = f"{args.dir} ({'generated' if ds.generated else 'reused'})" if args.dir else "a temporary directory"
+    caption = (f"{len(ds.files)} JPEG files of {size[0]}x{size[1]} in {where}, mean {ds.mean_bytes / 1e3:.1f} KB; "
+               f"timed in Python threads (Pillow's libjpeg decode releases the GIL); files in the page cache; "
+               f"median of {args.iters} batches after {args.warmup} warm-up; MB/s = file bytes / 1e6 / s")
+    if is_root:
+        print_table("gdlbench io (t_io)", COLUMNS, report.rows, caption=caption)
+        report.write(json_out, csv_out)
+    return 0

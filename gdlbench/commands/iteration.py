@@ -1,0 +1,129 @@
+"""gdlbench iteration: where an SGD iteration's time goes, phase by phase and composed, against
+the model, per strategy."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import env
+from ..cli import common_options
+from ..errors import UsageError
+from ..iteration import Iteration, IterationResult
+from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
+from ..strategies import get_strategies
+
+DEFAULT_STRATEGIES = "serial,prefetch,wfbp,wfbp-fusion"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--net", default="resnet50", help="a built-in net (gdlbench nets) or a spec file (default resnet50)")
+    p.add_argument("--batch", type=int, help="per-worker batch (default: per net and device; printed)")
+    p.add_argument("--strategy", default=DEFAULT_STRATEGIES,
+                   help=f"a preset, a comma-separated list, or all (default {DEFAULT_STRATEGIES})")
+    p.add_argument("--no-io", dest="io", action="store_false", help="leave out the data I/O phase")
+    p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
+    p.add_argument("--plot", metavar="FILE.png", help="phase breakdown per strategy, predicted (needs gdlbench[plot])")
+    p.add_argument("--plot-timeline", metavar="FILE.png",
+                   help="measured timeline of one composed iteration of the last WFBP strategy (or the last)")
+    common_options(p)
+    p.set_defaults(iters=5, warmup=1)
+
+
+def _progress(enabled: bool):
+    import sys
+    import time
+
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        if enabled:
+            print(f"gdlbench iteration: {msg} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
+
+    return say
+
+
+PHASE_COLUMNS = [Column("phase", "phase"), Column("median (ms)", "time_ms", fmt_float(2)),
+                 Column("p95 (ms)", "p95_ms", fmt_float(2)), Column("cv", "time_cv", fmt_float(3)),
+                 Column("share of serial", "share_pct", "{:.1f} %")]
+LAYER_COLUMNS = [Column("layer", "layer"), Column("type", "type"), Column("forward (ms)", "forward_ms", fmt_float(2)),
+                 Column("backward (ms)", "backward_ms", fmt_float(2)), Column("share", "share_pct", "{:.1f} %")]
+STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages"),
+                    Column("comm alone (ms)", "comm_ms", fmt_float(2)),
+                    Column("predicted (ms)", "predicted_ms", fmt_float(2)),
+                    Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
+                    Column("error", "error_pct", "{:+.1f} %"), Column("img/s/worker", "ips", fmt_float(2)),
+                    Column("img/s total", "ips_total", fmt_float(2))]
+
+
+def print_result(r: IterationResult, it: Iteration) -> None:
+    serial = sum(m.median for k, m in r.phases.items())
+    phase_rows = [{"phase": k, "time_ms": m.median / 1e3, "p95_ms": m.p95 / 1e3, "time_cv": m.cv,
+                   "share_pct": 100 * m.median / serial} for k, m in r.phases.items()]
+    console = stdout_console()
+    console.print(f"gdlbench iteration: {r.net}, batch {r.batch} per worker, {r.world_size} worker(s), device "
+                  f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
+    print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
+                caption=f"clock: host steady clock; forward/backward = sum of each layer alone; "
+                        f"{it.iters} iterations after {it.warmup} warm-up; multi-rank times are max over ranks")
+    print_table("layers that take the most time", LAYER_COLUMNS,
+                [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
+    rows = []
+    for run in r.runs:
+        c = run.composed
+        rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
+                     "comm_ms": sum(m.median for m in run.message_times) / 1e3,
+                     "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
+                     "error_pct": run.error_pct, "ips": r.batch / (c.median * 1e-6),
+                     "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
+    notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
+    print_table("composed iteration per strategy: the model (from the phases above) against the real run",
+                STRATEGY_COLUMNS, rows,
+                caption=f"error = (predicted - measured) / measured. {notes}. Parameter-server strategies run "
+                        "each message as one push+pull call. Presets are stated assumptions (gdlbench.strategies), "
+                        "not reproductions of the frameworks.")
+    if r.world_size == 1:
+        console.print("one worker: every message is a 1-rank all-reduce, so comm is ~0 and strategies differ "
+                      "only in I/O prefetch; run under mpiexec -n N to see communication.", markup=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    get_strategies(args.strategy)  # bad names fail before any work
+    outputs = {opt: OutputFile(path, opt) for opt, path in (("--json", args.json), ("--csv", args.csv),
+               ("--plot", args.plot), ("--plot-timeline", args.plot_timeline)) if path}
+    if args.plot or args.plot_timeline:
+        from ..plots import require_matplotlib
+
+        require_matplotlib()
+    if args.batch is not None and args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    root = env.rank() == 0
+    it = Iteration(args.net, args.batch, args.device, args.strategy, iters=args.iters, warmup=args.warmup,
+                   threads=args.threads, io=args.io, io_dir=args.io_dir, progress=_progress(root))
+    result = it.measure()
+    if not root:
+        return 0
+    print_result(result, it)
+    report = Report("iteration", vars(args) | {"net": result.net, "batch": result.batch, "device": result.device},
+                    env.collect(), {"clock": "steady-clock",
+                                    "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
+                                              "exposed comm + update", "rank_reduction": "max"},
+                    rows=result.rows(),
+                    summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
+                                              "top_layers": result.top_layers(),
+                                              "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
+                                                              for run in result.runs}})
+    report.write(outputs.get("--json"), outputs.get("--csv"))
+    if args.plot:
+        from ..plots import plot_breakdown
+
+        plot_breakdown([run.prediction for run in result.runs], outputs["--plot"].path,
+                       title=f"{result.net}, batch {result.batch}, {result.world_size} worker(s): predicted phases")
+    if args.plot_timeline:
+        from ..plots import plot_timeline
+
+        wfbp = [run for run in result.runs if run.strategy.overlap == "wfbp"]
+        run_ = (wfbp or result.runs)[-1]
+        names = [la["name"] for la in result.layers]
+        plot_timeline(run_.measured_timeline(names), outputs["--plot-timeline"].path,
+                      title=f"{result.net} measured, {run_.strategy.name}, {result.world_size} worker(s)")
+    return 0

@@ -1,0 +1,235 @@
+"""gdlbench predict: the model's iteration time, throughput, speedup and efficiency per worker
+count and strategy, from measured phases (--phases) and a communication model (--alpha/--beta,
+--bandwidth, or --from a saved allreduce JSON with its fit). The phases JSON shape is in
+gdlbench.model's docstring."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from rich.markup import escape
+
+from .. import env
+from ..errors import UsageError
+from ..model import (
+    CommModel,
+    Phases,
+    load_comm_model,
+    normalise_algo,
+    predict_iteration,
+    predict_scaling,
+)
+from ..network import load_network
+from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
+from ..strategies import get_strategies
+from ..units import SIZE_CONVENTION, parse_int_list, parse_size
+
+DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1e3:.2f}"
+
+
+COLUMNS = [
+    Column("strategy", "strategy"), Column("N", "workers"), Column("t_iter (ms)", "t_iter_us", _ms),
+    Column("comm (ms)", "comm_us", _ms), Column("comm exposed (ms)", "comm_exposed_us", _ms),
+    Column("io exposed (ms)", "io_exposed_us", _ms), Column("msgs", "messages"),
+    Column("images/s", "images_per_s", fmt_float(1)), Column("speedup", "speedup", fmt_float(2)),
+    Column("efficiency", "efficiency", fmt_float(3)),
+]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--net", help="network: a built-in name or a .json/.py spec (default: the phases' net)")
+    p.add_argument("--workers", default=DEFAULT_WORKERS, help=f"worker counts N (default {DEFAULT_WORKERS})")
+    p.add_argument("--strategy", default="all",
+                   help="a preset, a comma-separated list, a strategy .json file, or all (default)")
+    p.add_argument("--phases", metavar="FILE",
+                   help="measured phases: a saved `gdlbench iteration --json` file (default: measure them "
+                        "on the spot, on this machine, with --batch)")
+    p.add_argument("--batch", type=int, help="per-worker batch when the phases are measured on the spot")
+    p.add_argument("--device", default="auto", help="device for phases measured on the spot (auto, cpu, cuda)")
+    p.add_argument("--from", dest="from_file", metavar="FILE",
+                   help="communication model: a saved `gdlbench allreduce --json` file with its fit")
+    p.add_argument("--algo", help="all-reduce algorithm: ring (default), recursive_doubling, tree; "
+                                  "with --from, which fit to use")
+    p.add_argument("--alpha", type=float, help="latency per step, microseconds")
+    p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
+    p.add_argument("--bandwidth", type=float, metavar="GBS", help="link bandwidth in GB/s (instead of --beta)")
+    p.add_argument("--gamma", type=float, help="reduction time per byte, microseconds per byte (default 0)")
+    p.add_argument("--bucket", help="fusion bucket size for the presets that fuse, e.g. 25MiB")
+    p.add_argument("--servers", type=int, help="parameter servers P (default: P = N)")
+    p.add_argument("--plot", metavar="FILE.png", help="scaling curve per strategy (needs gdlbench[plot])")
+    p.add_argument("--plot-metric", default="speedup", choices=("speedup", "throughput", "efficiency"),
+                   help="what --plot shows (default speedup)")
+    p.add_argument("--plot-breakdown", metavar="FILE.png", help="phase breakdown per strategy at --plot-workers")
+    p.add_argument("--plot-timeline", metavar="FILE.png",
+                   help="timeline of one iteration of --plot-strategy at --plot-workers")
+    p.add_argument("--plot-workers", type=int, help="N for the breakdown and timeline plots (default the largest)")
+    p.add_argument("--plot-strategy", help="strategy for --plot-timeline (default wfbp if selected, else the first)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
+
+
+def normalise_algo_or_none(algo: str) -> str | None:
+    try:
+        return normalise_algo(algo)
+    except UsageError:
+        return None
+
+
+def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None = None) -> CommModel:
+    # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
+    algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
+    if algo and normalise_algo_or_none(algo) == "ps":
+        raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
+    direct = [x for x in (args.alpha, args.beta, args.bandwidth, args.gamma) if x is not None]
+    if args.from_file and direct:
+        raise UsageError("give --from FILE or --alpha/--beta (--bandwidth), not both")
+    if args.from_file:
+        return load_comm_model(args.from_file, args.algo)
+    if direct:
+        if args.alpha is None:
+            raise UsageError("--alpha (microseconds per step) is needed with --beta/--bandwidth")
+        if (args.beta is None) == (args.bandwidth is None):
+            raise UsageError("give one of --beta (us per byte) or --bandwidth (GB/s)")
+        for name in ("alpha", "beta", "gamma"):
+            v = getattr(args, name)
+            if v is not None and (not math.isfinite(v) or v < 0):
+                raise UsageError(f"--{name} must be a finite number >= 0, got {v}")
+        if args.bandwidth is not None and (not math.isfinite(args.bandwidth) or args.bandwidth <= 0):
+            raise UsageError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth}")
+        beta = args.beta if args.beta is not None else 1e6 / (args.bandwidth * 1e9)
+        return CommModel(algo or "ring", args.alpha, beta, args.gamma or 0.0, source="command line")
+    if phases_doc_fit is not None:
+        return CommModel.from_dict({"summary": {"fit": phases_doc_fit}}, args.algo, source="the phases file's fit")
+    raise UsageError("no communication model: give --alpha US with --beta US_PER_BYTE or --bandwidth GBS, "
+                     "or --from a saved `gdlbench allreduce --json` file")
+
+
+def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
+    """The phases of one serial iteration measured here, on this rank's device and threads."""
+    import sys
+
+    from ..iteration import Iteration
+
+    def say(msg: str) -> None:
+        if env.rank() == 0:
+            print(f"gdlbench predict: measuring the phases: {msg}", file=sys.stderr, flush=True)
+
+    result = Iteration(args.net, args.batch, args.device, "serial", iters=3, warmup=1, progress=say).measure()
+    phases = result.phases_model()
+    phases.source = f"measured on the spot ({result.device}, {result.threads} threads, batch {result.batch})"
+    return phases
+
+
+def run(args: argparse.Namespace) -> int:
+    workers = parse_int_list(args.workers, "--workers")
+    if max(workers) > 1_000_000:
+        raise UsageError(f"--workers: at most 1,000,000, got {max(workers)}")
+    if not args.phases and not args.net:
+        raise UsageError("give --phases FILE (a saved `gdlbench iteration --json` report) or --net NAME "
+                         "to measure the phases on the spot")
+    if args.batch is not None and (args.phases or args.batch < 1):
+        raise UsageError("--batch goes without --phases and must be >= 1")
+    if args.servers is not None and args.servers < 1:
+        raise UsageError(f"--servers must be >= 1, got {args.servers}")
+    if args.plot_workers is not None and args.plot_workers < 1:
+        raise UsageError(f"--plot-workers must be >= 1, got {args.plot_workers}")
+    bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
+    strategies = get_strategies(args.strategy, bucket_bytes=bucket, servers=args.servers)
+    timeline_strategy = None
+    if args.plot_timeline:
+        names = [s.name for s in strategies]
+        pick = args.plot_strategy or ("wfbp" if "wfbp" in names else names[0])
+        timeline_strategy = next((s for s in strategies if s.name == pick), None) or get_strategies(
+            pick, bucket_bytes=bucket, servers=args.servers)[0]
+    elif args.plot_strategy:
+        raise UsageError("--plot-strategy goes with --plot-timeline")
+    outputs = {opt: OutputFile(path, opt) for opt, path in (
+        ("--json", args.json), ("--csv", args.csv), ("--plot", args.plot),
+        ("--plot-breakdown", args.plot_breakdown), ("--plot-timeline", args.plot_timeline)) if path}
+    if any(opt.startswith("--plot") for opt in outputs):
+        from ..plots import require_matplotlib
+
+        require_matplotlib()
+
+    from ..model import _read_json
+
+    if args.phases:
+        doc = _read_json(args.phases, "--phases")
+        phases = Phases.from_dict(doc, source=args.phases)
+    else:
+        doc = {}
+        phases = _measure_on_the_spot(args)
+    net_name = args.net or phases.net
+    if not net_name:
+        raise UsageError(f"--net is needed: {args.phases} does not name its network (args.net)")
+    net = load_network(net_name)
+    if phases.net and phases.net != net.name:
+        raise UsageError(f"--phases {args.phases} was measured on {phases.net}, not {net.name}")
+    unknown = sorted((set(phases.layer_forward_us) | set(phases.layer_backward_us)) - {lay.name for lay in net.layers})
+    if unknown:
+        raise UsageError(f"--phases {args.phases}: layers not in {net.name}: {', '.join(unknown[:5])}"
+                         + (" ..." if len(unknown) > 5 else ""))
+    summary_fit = doc.get("summary", {}).get("fit") if isinstance(doc.get("summary"), dict) else None
+    comm = comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None)
+
+    rows = predict_scaling(net, phases, comm, strategies, workers)
+    is_root = env.rank() == 0
+    summary = {
+        "net": net.name, "params": net.params, "gradient_bytes": net.param_bytes(), "batch": phases.batch,
+        "phases": phases.to_dict(), "comm_model": comm.to_dict(), "workers": workers,
+        "strategies": [s.to_dict() for s in strategies],
+        "model": "DESIGN.md section 3 (gdlbench.model): serial, prefetch, WFBP recurrence, fusion, PS",
+        "speedup": "S(N) = N t_iter(1) / t_iter(N), same strategy, weak scaling (fixed batch per worker)",
+        "size_convention": SIZE_CONVENTION,
+    }
+    if phases.comm_us is not None:
+        summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
+    env_info = env.collect()  # on every rank: it holds a collective (the node split), cached after
+    report = Report("predict", vars(args), env_info if is_root else {},
+                    {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
+                    rows=rows, summary=summary,
+                    notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
+                    + ([comm.note] if comm.note else []))
+    if not is_root:
+        return 0
+    caption = (f"{net.name}, batch {phases.batch} per worker; phases from {phases.source} "
+               f"(t_f {phases.forward_us / 1e3:.2f} ms, t_b {phases.backward_us / 1e3:.2f} ms, "
+               f"t_io {phases.io_us / 1e3:.2f}, t_h2d {phases.h2d_us / 1e3:.2f}, t_u {phases.update_us / 1e3:.2f} ms); "
+               f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
+               f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); "
+               f"gradients {net.param_bytes():,} B fp32; speedup = N t(1)/t(N); images/s in total")
+    print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption)
+    console = stdout_console()
+    console.print("strategies (stated assumptions, not exact reproductions of the frameworks):", highlight=False)
+    for s in strategies:
+        console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "
+                      f"[dim]Source: {escape(s.source)}[/dim]", highlight=False)
+    if "--json" in outputs:
+        outputs["--json"].write(report.to_json())
+    if "--csv" in outputs:
+        outputs["--csv"].write(report.to_csv())
+    if any(opt.startswith("--plot") for opt in outputs):
+        from .. import plots
+
+        if "--plot" in outputs:
+            plots.plot_scaling(rows, outputs["--plot"].path, metric=args.plot_metric,
+                               title=f"{net.name}, batch {phases.batch}/worker: predicted {args.plot_metric}")
+        n_plot = args.plot_workers or max(workers)
+        if "--plot-breakdown" in outputs:
+            preds = [predict_iteration(net, phases, comm, s, n_plot) for s in strategies]
+            plots.plot_breakdown(preds, outputs["--plot-breakdown"].path,
+                                 title=f"{net.name}, N = {n_plot}, batch {phases.batch}: predicted phases")
+        if "--plot-timeline" in outputs and timeline_strategy is not None:
+            pred = predict_iteration(net, phases, comm, timeline_strategy, n_plot)
+            plots.plot_timeline(pred, outputs["--plot-timeline"].path,
+                                title=f"{net.name}, {timeline_strategy.name}, N = {n_plot}, batch {phases.batch}: "
+                                      "one iteration")
+        for opt in outputs:
+            if opt.startswith("--plot"):
+                print(f"wrote {outputs[opt].path}")
+    return 0

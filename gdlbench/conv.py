@@ -1,0 +1,398 @@
+"""2-D convolution, forward, backward-data and backward-filter: im2col + OpenBLAS on the CPU (the
+registered "conv" layer, driven through _core.LayerBench), cuDNN on the GPU (_cuda.conv_time).
+Timed by the native harness; checked, untimed, against a float64 numpy direct convolution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import env
+from ._native import _core, require_cuda
+from .errors import UsageError
+from .measurement import Measurement
+
+PASSES = ("fwd", "bwd-data", "bwd-filter")
+CPU_DTYPES = ("float32",)
+CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16")
+LAYOUTS = ("nchw", "nhwc")
+# Tolerance on max |out - ref| / ref(|inputs|): the error relative to the magnitudes summed. Inputs
+# are k/128 (exact in every dtype), so the reference is exact; accumulation order, the output's
+# rounding and, on the GPU, the transforms of FFT/Winograd algorithms count. Stated in every row.
+TOLERANCE = {"float32": 5e-5, "tf32": 2e-3, "float16": 5e-3, "bfloat16": 2e-2}
+# Seeds of the test data (common/fill.h); the host regenerates the device's inputs from them.
+SEED_X, SEED_W, SEED_B, SEED_DY, SEED_DX0 = 11, 5, 6, 7, 13
+CHECK_BATCH = 2  # samples in the untimed check: enough to cross the CPU's multi-sample GEMM path
+
+
+def _pair(v, what: str) -> tuple[int, int]:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    try:
+        h, w = v
+        return int(h), int(w)
+    except (TypeError, ValueError):
+        raise UsageError(f"conv: {what} must be an int or a pair (h, w), got {v!r}") from None
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """One convolution: input N x C x H x W, K filters of C/groups x R x S."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+    bias: bool = False
+
+    @property
+    def p(self) -> int:
+        return (self.h + 2 * self.pad[0] - self.dilation[0] * (self.r - 1) - 1) // self.stride[0] + 1
+
+    @property
+    def q(self) -> int:
+        return (self.w + 2 * self.pad[1] - self.dilation[1] * (self.s - 1) - 1) // self.stride[1] + 1
+
+    @property
+    def flops(self) -> float:
+        """2·N·K·(C/g)·R·S·P·Q, the same for each of the three passes."""
+        return 2.0 * self.n * self.k * (self.c // self.groups) * self.r * self.s * self.p * self.q
+
+    def validate(self) -> None:
+        for name in ("n", "c", "h", "w", "k", "r", "s", "groups"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v <= 0:
+                raise UsageError(f"conv: {name} must be a positive integer, got {v!r}")
+        if min(self.stride) < 1 or min(self.dilation) < 1:
+            raise UsageError(f"conv: stride and dilation must be >= 1, got {self.stride}, {self.dilation}")
+        if min(self.pad) < 0:
+            raise UsageError(f"conv: padding must be >= 0, got {self.pad}")
+        if self.c % self.groups or self.k % self.groups:
+            raise UsageError(f"conv: channels (c={self.c}, k={self.k}) are not divisible by groups={self.groups}")
+        for size, kernel, pad, dil, what in ((self.h, self.r, self.pad[0], self.dilation[0], "r x h"),
+                                             (self.w, self.s, self.pad[1], self.dilation[1], "s x w")):
+            if dil * (kernel - 1) + 1 > size + 2 * pad:
+                raise UsageError(f"conv: the kernel ({what}: {kernel}, dilation {dil}) is larger than the padded "
+                                 f"input ({size} + 2*{pad})")
+        elements = max(self.n * self.c * self.h * self.w, self.n * self.k * self.p * self.q)
+        if elements > 2**31 - 1:
+            raise UsageError(f"conv: {elements} elements in one tensor exceed the 2^31-1 limit")
+
+    def with_batch(self, n: int) -> ConvShape:
+        return ConvShape(n, self.c, self.h, self.w, self.k, self.r, self.s, self.stride, self.pad, self.dilation,
+                         self.groups, self.bias)
+
+    def spec(self, name: str = "conv") -> dict:
+        """The layer spec (per-sample shapes) that the CPU and CUDA "conv" layers read."""
+        attrs = {"out_channels": self.k, "kernel_h": self.r, "kernel_w": self.s, "stride_h": self.stride[0],
+                 "stride_w": self.stride[1], "pad_h": self.pad[0], "pad_w": self.pad[1],
+                 "dilation_h": self.dilation[0], "dilation_w": self.dilation[1], "groups": self.groups,
+                 "bias": int(self.bias)}
+        params = [[self.k, self.c // self.groups, self.r, self.s]] + ([[self.k]] if self.bias else [])
+        return {"name": name, "type": "conv", "inputs": [-1], "in_shapes": [[self.c, self.h, self.w]],
+                "out_shape": [self.k, self.p, self.q], "attrs": attrs, "param_shapes": params}
+
+    def geometry(self) -> dict:
+        """Flat integer geometry for the CUDA bindings."""
+        return {"n": self.n, "c": self.c, "h": self.h, "w": self.w, "k": self.k, "r": self.r, "s": self.s,
+                "stride_h": self.stride[0], "stride_w": self.stride[1], "pad_h": self.pad[0], "pad_w": self.pad[1],
+                "dilation_h": self.dilation[0], "dilation_w": self.dilation[1], "groups": self.groups,
+                "bias": int(self.bias)}
+
+
+@dataclass
+class ConvResult:
+    layer: str
+    shape: ConvShape
+    pass_: str
+    dtype: str
+    layout: str
+    device: str
+    algo: str
+    workspace_bytes: int
+    measurement: Measurement
+    threads: int | None = None
+    count: int = 1            # how often the layer occurs in its network
+    check: dict | None = field(default=None)
+
+    @property
+    def tflops(self) -> float:
+        return self.shape.flops / (self.measurement.median * 1e-6) / 1e12
+
+    @property
+    def passed(self) -> bool:
+        return self.check is None or self.check["passed"]
+
+    def to_dict(self) -> dict:
+        s = self.shape
+        row = {"layer": self.layer, "n": s.n, "c": s.c, "h": s.h, "w": s.w, "k": s.k, "r": s.r, "s": s.s,
+               "p": s.p, "q": s.q, "stride": list(s.stride), "pad": list(s.pad), "dilation": list(s.dilation),
+               "groups": s.groups, "pass": self.pass_, "dtype": self.dtype, "layout": self.layout,
+               "device": self.device, "threads": self.threads, "algo": self.algo,
+               "workspace_bytes": self.workspace_bytes, "count": self.count, **self.measurement.stats(),
+               "samples_us": list(self.measurement.samples_us), "tflops": self.tflops}
+        if self.check is not None:
+            row.update(max_rel_error=self.check["max_rel_error"], tolerance=self.check["tolerance"],
+                       wrong=self.check["wrong"], check_batch=self.check["batch"])
+        return row
+
+
+# --- float64 reference: direct convolution, a sum over kernel offsets (no im2col) ---------------
+
+def _windows(xp: np.ndarray, sh: ConvShape, r: int, s: int) -> np.ndarray:
+    """xp[:, :, h(p, r), w(q, s)] for every output (p, q): the inputs that kernel tap (r, s) sees."""
+    h0, w0 = r * sh.dilation[0], s * sh.dilation[1]
+    return xp[:, :, h0:h0 + (sh.p - 1) * sh.stride[0] + 1:sh.stride[0], w0:w0 + (sh.q - 1) * sh.stride[1] + 1:sh.stride[1]]
+
+
+def reference(sh: ConvShape, x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> dict[str, np.ndarray]:
+    """y, dx, dw and db in float64 for NCHW x, KCRS w, NKPQ dy."""
+    x, w, dy = (a.astype(np.float64) for a in (x, w, dy))
+    g, cg, kg = sh.groups, sh.c // sh.groups, sh.k // sh.groups
+    ph, pw = sh.pad
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    y = np.zeros((sh.n, sh.k, sh.p, sh.q))
+    dxp = np.zeros_like(xp)
+    dw = np.zeros_like(w)
+    for r in range(sh.r):
+        for s in range(sh.s):
+            win = _windows(xp, sh, r, s)
+            dwin = _windows(dxp, sh, r, s)  # a view: writes land in dxp
+            for gi in range(g):
+                cs, ks = slice(gi * cg, (gi + 1) * cg), slice(gi * kg, (gi + 1) * kg)
+                wt = w[ks, :, r, s]  # [kg, cg]
+                y[:, ks] += np.einsum("nchw,kc->nkhw", win[:, cs], wt, optimize=True)
+                dwin[:, cs] += np.einsum("nkhw,kc->nchw", dy[:, ks], wt, optimize=True)
+                dw[ks, :, r, s] = np.einsum("nkhw,nchw->kc", dy[:, ks], win[:, cs], optimize=True)
+    dx = dxp[:, :, ph:ph + sh.h, pw:pw + sh.w]
+    return {"y": y, "dx": dx, "dw": dw, "db": dy.sum(axis=(0, 2, 3))}
+
+
+def check_inputs(sh: ConvShape) -> dict[str, np.ndarray]:
+    """The check's inputs, NCHW/KCRS float32, from the same generator as the device's cuda.fill."""
+    arrays = {"x": ((sh.n, sh.c, sh.h, sh.w), SEED_X), "w": ((sh.k, sh.c // sh.groups, sh.r, sh.s), SEED_W),
+              "b": ((sh.k,), SEED_B), "dy": ((sh.n, sh.k, sh.p, sh.q), SEED_DY),
+              "dx0": ((sh.n, sh.c, sh.h, sh.w), SEED_DX0)}
+    out = {}
+    for name, (shape, seed) in arrays.items():
+        a = np.empty(shape, dtype=np.float32)
+        _core.fill(a, seed)
+        out[name] = a
+    return out
+
+
+def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray], dtype: str) -> dict:
+    """Each pass against the float64 reference; errors relative to the same convolution of |inputs|.
+    got["dx"] is expected to hold dx0 + dL/dx (backward-data accumulates)."""
+    ref = reference(sh, inputs["x"], inputs["w"], inputs["dy"])
+    mag = reference(sh, np.abs(inputs["x"]), np.abs(inputs["w"]), np.abs(inputs["dy"]))
+    ref["y"] = ref["y"] + (inputs["b"].astype(np.float64)[None, :, None, None] if sh.bias else 0)
+    mag["y"] = mag["y"] + (np.abs(inputs["b"]).astype(np.float64)[None, :, None, None] if sh.bias else 0)
+    ref["dx"] = ref["dx"] + inputs["dx0"]
+    mag["dx"] = mag["dx"] + np.abs(inputs["dx0"])
+    tol = TOLERANCE[dtype]
+    per_pass, worst, wrong = {}, 0.0, 0
+    tiny = np.finfo(np.float64).tiny
+    for key, pass_ in (("y", "fwd"), ("dx", "bwd-data"), ("dw", "bwd-filter"), ("db", "bwd-filter")):
+        if key == "db" and not sh.bias:
+            continue
+        err = np.abs(got[key].reshape(ref[key].shape).astype(np.float64) - ref[key]) / np.maximum(mag[key], tiny)
+        e = float(err.max()) if err.size else 0.0
+        per_pass[pass_] = max(per_pass.get(pass_, 0.0), e)
+        worst = max(worst, e)
+        wrong += int((err > tol).sum())
+    return {"max_rel_error": worst, "per_pass": per_pass, "tolerance": tol, "wrong": wrong, "passed": wrong == 0,
+            "batch": sh.n}
+
+
+# --- the API ------------------------------------------------------------------------------------
+
+def _passes(passes) -> list[str]:
+    if isinstance(passes, str):
+        passes = list(PASSES) if passes == "all" else [passes]
+    passes = list(passes)
+    for p in passes:
+        if p not in PASSES:
+            raise UsageError(f"conv: pass must be fwd, bwd-data, bwd-filter or all, got {p!r}")
+    return passes
+
+
+def conv(n: int = 8, c: int = 64, h: int = 56, w: int = 56, k: int = 64, r: int = 3, s: int = 3,
+         stride: int | tuple[int, int] = 1, pad: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
+         groups: int = 1, passes: str | list[str] = "all", device: str = "auto", dtype: str = "float32",
+         layout: str = "nchw", algo: str = "heuristic", workspace_limit: int | None = None,
+         all_algos: bool = False, *, bias: bool = False, iters: int = 20, warmup: int = 5,
+         threads: int | None = None, check: bool = True, layer: str = "", count: int = 1) -> list[ConvResult]:
+    """Time the given passes of one convolution; one ConvResult per pass (per algorithm with
+    all_algos on the GPU). algo: 'heuristic' (cudnnGet*_v7), 'search' (cudnnFind*Ex) or a cuDNN
+    algorithm name (e.g. IMPLICIT_PRECOMP_GEMM, or 'fwd:FFT,bwd-data:ALGO_1'); the CPU has one
+    algorithm, im2col+gemm. workspace_limit (bytes) bounds the cuDNN workspace (default 1 GiB)."""
+    shape = ConvShape(n, c, h, w, k, r, s, _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation"),
+                      groups, bool(bias))
+    shape.validate()
+    if iters < 1 or warmup < 0:
+        raise UsageError(f"conv: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    if layout not in LAYOUTS:
+        raise UsageError(f"conv: layout must be nchw or nhwc, got {layout!r}")
+    if workspace_limit is not None and workspace_limit < 0:
+        raise UsageError(f"conv: workspace_limit must be >= 0, got {workspace_limit}")
+    passes = _passes(passes)
+    dev, _ = env.resolve_device(device)
+    name = layer or f"{n}x{c}x{h}x{w}*{k}x{r}x{s}"
+    if dev == "cpu":
+        return _conv_cpu(shape, passes, dtype, layout, algo, all_algos, iters, warmup, threads, check, name, count)
+    return _conv_cuda(shape, passes, dtype, layout, algo, workspace_limit, all_algos, iters, warmup, check, name,
+                      count)
+
+
+def _conv_cpu(sh, passes, dtype, layout, algo, all_algos, iters, warmup, threads, check, name, count):
+    if dtype not in CPU_DTYPES:
+        raise UsageError(f"conv: dtype {dtype!r} is not available on cpu (float32)")
+    if layout != "nchw":
+        raise UsageError("conv: the CPU backend is NCHW only (--layout nhwc needs --device cuda)")
+    if algo not in ("heuristic", "search", "im2col"):
+        raise UsageError(f"conv: unknown CPU algorithm {algo!r}: the CPU backend has one, im2col (im2col + gemm)")
+    threads = threads or env.default_threads()
+    _core.set_blas_threads(threads)
+    _core.set_compute_threads(threads)
+    bench = _core.LayerBench(sh.spec(name), sh.n)
+    region = "one layer pass (im2col/col2im + OpenBLAS sgemm per group), buffers preallocated and touched"
+    results = []
+    for p in passes:
+        samples = bench.time(p, warmup, iters)
+        meas = Measurement(samples, "steady-clock", region)
+        results.append(ConvResult(name, sh, p, dtype, "nchw", "cpu", "im2col", 0, meas, threads, count))
+    del bench
+    if check:
+        chk = check_cpu(sh.with_batch(min(sh.n, CHECK_BATCH)))
+        for res in results:
+            res.check = _for_pass(chk, res.pass_)
+    return results
+
+
+def _for_pass(chk: dict, pass_: str) -> dict:
+    e = chk["per_pass"].get(pass_, 0.0)
+    return {**chk, "max_rel_error": e, "passed": e <= chk["tolerance"], "wrong": int(e > chk["tolerance"])
+            if chk["wrong"] else 0}
+
+
+def run_cpu(sh: ConvShape, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The CPU layer's three passes on the given NCHW arrays: y, dx (= dx0 + dL/dx), dw, db."""
+    bench = _core.LayerBench(sh.spec(), sh.n)
+    params = [inputs["w"]] + ([inputs["b"]] if sh.bias else [])
+    y, dxs, dws = bench.run([inputs["x"]], inputs["dy"], params, [], [inputs["dx0"]])
+    return {"y": y, "dx": dxs[0], "dw": dws[0], "db": dws[1] if sh.bias else None}
+
+
+def check_cpu(sh: ConvShape) -> dict:
+    """All three CPU passes against the float64 reference (untimed)."""
+    inputs = check_inputs(sh)
+    return compare(sh, run_cpu(sh, inputs), inputs, "float32")
+
+
+def _conv_cuda(sh, passes, dtype, layout, algo, workspace_limit, all_algos, iters, warmup, check, name, count):
+    cuda = require_cuda()
+    if dtype not in CUDA_DTYPES:
+        raise UsageError(f"conv: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")
+    mode, named = parse_algo(algo, passes, cuda.conv_algo_names())
+    limit = (1 << 30) if workspace_limit is None else int(workspace_limit)
+    rows = cuda.conv_time(sh.geometry(), dtype, layout, mode, named, limit, passes, all_algos, warmup, iters)
+    region = "one cudnnConvolution{Forward,BackwardData,BackwardFilter} call, workspace preallocated"
+    results = []
+    for row in rows:
+        if not row["samples_us"]:  # --all-algos: this algorithm does not support the shape
+            continue
+        meas = Measurement(row["samples_us"], "cuda-events", region, meta={"status": row["status"]})
+        results.append(ConvResult(name, sh, row["pass"], dtype, layout, "cuda", row["algo"], row["workspace_bytes"],
+                                  meas, None, count))
+    if not results:
+        raise UsageError(f"conv: no cuDNN algorithm runs this shape within a {limit}-byte workspace")
+    if check:
+        chk = check_cuda(sh.with_batch(min(sh.n, CHECK_BATCH)), dtype, layout, mode, named, limit)
+        for res in results:
+            res.check = _for_pass(chk, res.pass_)
+    return results
+
+
+def parse_algo(algo: str, passes: list[str], names: dict[str, list[str]]) -> tuple[str, dict[str, str]]:
+    """'heuristic' | 'search' | NAME | 'fwd:NAME,bwd-data:NAME,...' -> (mode, {pass: NAME})."""
+    if algo in ("heuristic", "search"):
+        return algo, {}
+    named: dict[str, str] = {}
+    for item in algo.split(","):
+        if ":" in item:
+            p, nm = item.split(":", 1)
+            if p not in PASSES:
+                raise UsageError(f"conv: --algo {algo!r}: unknown pass {p!r}")
+            targets = [p]
+        else:
+            nm, targets = item, passes
+        for p in targets:
+            if nm.upper() not in names[p]:
+                raise UsageError(f"conv: unknown algorithm {nm!r} for {p} (heuristic, search, or one of "
+                                 f"{', '.join(names[p])})")
+            named[p] = nm.upper()
+    missing = [p for p in passes if p not in named]
+    if missing:
+        raise UsageError(f"conv: --algo {algo!r} names no algorithm for {', '.join(missing)}")
+    return "named", named
+
+
+def check_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic", named: dict | None = None,
+               workspace_limit: int = 1 << 30) -> dict:
+    """The three cuDNN passes, with inputs from cuda.fill, against the float64 reference of the same
+    values regenerated on the host. dx starts at dx0 on the device: backward-data must accumulate."""
+    cuda = require_cuda()
+    got = cuda.conv_check(sh.geometry(), dtype, layout, mode, named or {}, workspace_limit)
+    inputs = check_inputs_layout(sh, layout)
+    return compare(sh, from_layout(sh, got, layout), inputs, dtype)
+
+
+def check_inputs_layout(sh: ConvShape, layout: str) -> dict[str, np.ndarray]:
+    """test_inputs as NCHW arrays, holding the values the device generated in `layout`'s memory order."""
+    if layout == "nchw":
+        return check_inputs(sh)
+    nhwc = ConvShapeNHWC(sh)
+    out = {}
+    for name, (shape, seed) in nhwc.arrays().items():
+        a = np.empty(shape, dtype=np.float32)
+        _core.fill(a, seed)
+        out[name] = nhwc.to_nchw(a)
+    return out
+
+
+class ConvShapeNHWC:
+    """Memory shapes of the NHWC tensors (filters KRSC) and their views as NCHW/KCRS."""
+
+    def __init__(self, sh: ConvShape) -> None:
+        self.sh = sh
+
+    def arrays(self) -> dict:
+        sh = self.sh
+        return {"x": ((sh.n, sh.h, sh.w, sh.c), SEED_X), "w": ((sh.k, sh.r, sh.s, sh.c // sh.groups), SEED_W),
+                "b": ((sh.k,), SEED_B), "dy": ((sh.n, sh.p, sh.q, sh.k), SEED_DY),
+                "dx0": ((sh.n, sh.h, sh.w, sh.c), SEED_DX0)}
+
+    @staticmethod
+    def to_nchw(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a.transpose(0, 3, 1, 2)) if a.ndim == 4 else a
+
+
+def from_layout(sh: ConvShape, got: dict, layout: str) -> dict[str, np.ndarray]:
+    """Device results (flat, in `layout`'s memory order) as NCHW / KCRS arrays."""
+    if layout == "nchw":
+        return got
+    shapes = {"y": (sh.n, sh.p, sh.q, sh.k), "dx": (sh.n, sh.h, sh.w, sh.c),
+              "dw": (sh.k, sh.r, sh.s, sh.c // sh.groups)}
+    out = dict(got)
+    for key, shape in shapes.items():
+        out[key] = ConvShapeNHWC.to_nchw(np.asarray(got[key]).reshape(shape))
+    return out

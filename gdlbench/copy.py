@@ -1,0 +1,98 @@
+"""The host-to-device phase (t_h2d) and copy bandwidth, measured as nvbandwidth measures it:
+cudaMemcpyAsync on one stream between CUDA events, several copies per sample, median of the
+samples, GB/s = bytes / 1e9 / s. Buffers are allocated and touched before timing; the data are
+verified after the timed copies (untimed).
+
+On a machine without a GPU a memcpy into the compute buffer stands in for host-to-device (that is
+the copy a CPU training step makes of its input batch), and every row says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import env, hostmem
+from ._native import _core, require_cuda
+from .errors import UsageError
+from .measurement import Measurement
+
+DIRECTIONS = ("h2d", "d2h", "d2d")
+MEMORIES = ("pinned", "pageable")
+CPU_NOTE = "no GPU: a host memcpy into the compute buffer stands in for the transfer"
+
+
+@dataclass
+class CopyResult:
+    direction: str
+    memory: str  # pinned | pageable | device (d2d) | host (the CPU stand-in)
+    size_bytes: int
+    copies: int
+    device: str
+    threads: int | None
+    measurement: Measurement  # one sample = `copies` back-to-back copies
+    wrong: int
+    note: str = ""
+
+    @property
+    def gbs(self) -> float:
+        return self.copies * self.size_bytes / (self.measurement.median * 1e-6) / 1e9
+
+    @property
+    def time_per_copy_us(self) -> float:
+        return self.measurement.median / self.copies
+
+    @property
+    def passed(self) -> bool:
+        return self.wrong == 0
+
+    def to_dict(self) -> dict:
+        row = {"direction": self.direction, "memory": self.memory, "size_bytes": self.size_bytes,
+               "copies_per_sample": self.copies, "device": self.device, "threads": self.threads,
+               **self.measurement.to_dict(), "time_per_copy_us": self.time_per_copy_us, "gbs": self.gbs,
+               "wrong": self.wrong, "note": self.note}
+        row.pop("clock"), row.pop("region")
+        return row
+
+
+def plan(direction: str, memory: str) -> list[tuple[str, str]]:
+    """(direction, memory) pairs for the CLI's choices; d2d has no host memory kind."""
+    if direction not in (*DIRECTIONS, "all"):
+        raise UsageError(f"copy: direction must be h2d, d2h, d2d or all, got {direction!r}")
+    if memory not in (*MEMORIES, "both"):
+        raise UsageError(f"copy: memory must be pinned, pageable or both, got {memory!r}")
+    dirs = DIRECTIONS if direction == "all" else (direction,)
+    mems = MEMORIES if memory == "both" else (memory,)
+    return [(d, "device" if d == "d2d" else m) for d in dirs for m in (mems if d != "d2d" else mems[:1])]
+
+
+def copy(size: int, direction: str = "h2d", memory: str = "pinned", device: str = "auto", *, copies: int = 4,
+         iters: int = 10, warmup: int = 2, threads: int | None = None) -> CopyResult:
+    """Time `copies` copies of `size` bytes per sample in one direction."""
+    if not isinstance(size, (int, np.integer)) or size < 1:
+        raise UsageError(f"copy: size must be a positive number of bytes, got {size!r}")
+    if copies < 1 or iters < 1 or warmup < 0:
+        raise UsageError("copy: need copies >= 1, iters >= 1 and warmup >= 0")
+    if direction not in DIRECTIONS:
+        raise UsageError(f"copy: direction must be h2d, d2h or d2d, got {direction!r}")
+    if memory not in (*MEMORIES, "device"):
+        raise UsageError(f"copy: memory must be pinned or pageable, got {memory!r}")
+    if direction == "d2d":
+        memory = "device"
+    dev, _ = env.resolve_device(device)
+    if dev == "cpu":
+        hostmem.require_host(2 * size, "copy")
+        threads = threads or env.default_threads()
+        samples, wrong = _core.copy_bench(int(size), copies, warmup, iters, threads)
+        meas = Measurement(samples, "steady-clock", f"{copies} memcpys of {size} bytes ({threads} threads)")
+        return CopyResult(direction, "host", int(size), copies, "cpu", threads, meas, int(wrong), CPU_NOTE)
+    cuda = require_cuda()
+    hostmem.require_device(cuda, (2 if direction == "d2d" else 1) * size, "copy")
+    # host: the reference pattern, the pinned/pageable buffer (not d2d), a read-back buffer (not d2h)
+    hostmem.require_host((2 if direction != "h2d" else 3) * size, "copy")
+    samples, wrong = cuda.copy_bench(direction, memory == "pinned", int(size), copies, warmup, iters)
+    kind = {"h2d": "HostToDevice", "d2h": "DeviceToHost", "d2d": "DeviceToDevice"}[direction]
+    meas = Measurement(samples, "cuda-events",
+                       f"{copies} cudaMemcpyAsync {kind} of {size} bytes, queued behind a stream-blocking kernel")
+    return CopyResult(direction, memory, int(size), copies, "cuda", None, meas, int(wrong))

@@ -1,0 +1,611 @@
+"""The performance model of one synchronous data-parallel SGD iteration (DESIGN.md section 3).
+
+Phases (microseconds, per worker, batch b): t_io, t_h2d, t_f = sum t_f(l), t_b = sum t_b(l),
+t_c (gradient aggregation, from a communication model), t_u.
+
+- serial:    t_iter = t_io + t_h2d + t_f + t_b + t_c + t_u
+- prefetch:  the t_io term becomes max(0, t_io - (t_f + t_b + t_c + t_u))
+- WFBP:      backward runs from the last layer down; the gradient of layer l is ready at
+             r_l = sum_{j >= l} t_b(j); its message starts at s_l = max(r_l, e_prev) and ends at
+             e_l = s_l + t_c(m_l); the iteration pays t_f + max(t_b, e_last) + t_u.
+- fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
+- no overlap: the same recurrence with every r_l = t_b (all messages after backward).
+
+Communication of one message of m bytes among N workers (alpha us per step, beta us per byte
+on the link, gamma us per byte reduced); N = 1 costs nothing (no aggregation on one worker):
+- ring:               2(N-1) alpha + 2(N-1)/N m beta + (N-1)/N m gamma
+- recursive doubling: ceil(log2 N) (alpha + m beta + m gamma)
+- binomial tree:      2 ceil(log2 N) (alpha + m beta) + ceil(log2 N) m gamma
+- parameter server:   2 (alpha + (N/P) m beta) + (N/P) m gamma   (P servers; push m, pull m)
+
+Throughput = N b / t_iter; speedup S(N) = N t_iter(1) / t_iter(N) (weak scaling); E = S / N.
+
+The phases JSON that `Phases.load` reads (what `gdlbench iteration --json` writes):
+    {"args": {"net": "resnet50", "batch": 32, ...},                   # "batch" here, or
+     "summary": {"batch": 32, "fit": {...}},                           # here, or in a row
+     "env": {"world_size": 2},
+     "rows": [{"phase": "io" | "h2d" | "forward" | "backward" | "update" | "comm",
+               "time_us": 1234.5},                                     # one row per phase
+              {"layer": "conv1", "phase": "forward" | "backward", "time_us": 12.3}, ...]}
+Rows with a "layer" are per-layer times (per-layer comm rows are ignored: the model costs the
+messages itself, or takes measured ones through predict_iteration's message_costs_us); rows
+without are the phase totals. When a phase has
+several rows (one per strategy, say), the first one counts. Missing phases count 0, except
+forward and backward: at least the totals or the per-layer rows must be there. Per-layer
+backward times give the shape of the gradients' ready times and are scaled to the backward total;
+missing per-layer times are filled in proportion to the layers' forward multiply-adds.
+
+A saved communication fit (`CommModel.from_dict`, `load_comm_model`) may be any of
+    {"algo": "ring", "alpha_us": a, "beta_us_per_byte": b, "gamma_us_per_byte": g}   (a fit's to_dict())
+    {"summary": {"fit": {"ring": {"alpha_us": ..., ...}, "tree": {...}}}}            (an allreduce JSON)
+    {"summary": {"fit": {"algo": "ring", "alpha_us": ...}}} or {"summary": {"fit": [{...}, ...]}}
+gamma defaults to 0; *_s / *_s_per_byte fields (seconds) are accepted too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .network import Network, load_network
+from .strategies import Strategy
+
+ALGOS = ("ring", "recursive_doubling", "tree", "ps")
+_ALIASES = {
+    "ring": "ring", "recursive_doubling": "recursive_doubling", "recursive-doubling": "recursive_doubling",
+    "rd": "recursive_doubling", "doubling": "recursive_doubling", "tree": "tree", "binomial": "tree",
+    "binomial_tree": "tree", "binomial-tree": "tree", "ps": "ps", "parameter_server": "ps",
+}
+PHASES = ("io", "h2d", "forward", "backward", "update", "comm")
+
+
+def _log2ceil(n: int) -> int:
+    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def ring_allreduce_us(m: float, n: int, alpha_us: float, beta_us_per_byte: float,
+                      gamma_us_per_byte: float = 0.0) -> float:
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * alpha_us + 2 * (n - 1) / n * m * beta_us_per_byte + (n - 1) / n * m * gamma_us_per_byte
+
+
+def recursive_doubling_us(m: float, n: int, alpha_us: float, beta_us_per_byte: float,
+                          gamma_us_per_byte: float = 0.0) -> float:
+    return _log2ceil(n) * (alpha_us + m * beta_us_per_byte + m * gamma_us_per_byte)
+
+
+def tree_allreduce_us(m: float, n: int, alpha_us: float, beta_us_per_byte: float,
+                      gamma_us_per_byte: float = 0.0) -> float:
+    k = _log2ceil(n)
+    return 2 * k * (alpha_us + m * beta_us_per_byte) + k * m * gamma_us_per_byte
+
+
+def ps_push_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: float,
+               gamma_us_per_byte: float = 0.0) -> float:
+    """The push half: a server's link carries (N/P) m in, and it reduces (N/P) m."""
+    if n <= 1:
+        return 0.0
+    load = n / servers * m
+    return alpha_us + load * beta_us_per_byte + load * gamma_us_per_byte
+
+
+def ps_pull_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: float) -> float:
+    if n <= 1:
+        return 0.0
+    return alpha_us + n / servers * m * beta_us_per_byte
+
+
+def ps_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: float,
+          gamma_us_per_byte: float = 0.0) -> float:
+    """Push and pull: 2(alpha + (N/P) m beta) + (N/P) m gamma."""
+    return (ps_push_us(m, n, servers, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+            + ps_pull_us(m, n, servers, alpha_us, beta_us_per_byte))
+
+
+def normalise_algo(algo: str) -> str:
+    key = str(algo).strip().lower()
+    if key not in _ALIASES:
+        raise UsageError(f"--algo: unknown algorithm {algo!r} (ring, recursive_doubling, tree, ps)")
+    return _ALIASES[key]
+
+
+def comm_time_us(algo: str, m: float, n: int, alpha_us: float, beta_us_per_byte: float,
+                 gamma_us_per_byte: float = 0.0, servers: int | None = None) -> float:
+    """One message of m bytes among n workers with the named algorithm (servers: P for 'ps')."""
+    algo = normalise_algo(algo)
+    if algo == "ring":
+        return ring_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+    if algo == "recursive_doubling":
+        return recursive_doubling_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+    if algo == "tree":
+        return tree_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+    return ps_us(m, n, servers or n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """alpha-beta(-gamma) parameters of one algorithm; the same fields as
+    gdlbench.collectives.AlphaBetaFit.to_dict(). `formula` is the cost model used: the algorithm's
+    own, or ring for a library algorithm without one (MPICH and NCCL use ring-like
+    reduce-scatter + all-gather for large messages), as `note` says."""
+
+    algo: str
+    alpha_us: float
+    beta_us_per_byte: float
+    gamma_us_per_byte: float = 0.0
+    source: str = ""
+    formula: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("alpha_us", "beta_us_per_byte", "gamma_us_per_byte"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                raise UsageError(f"communication model: {name} must be a finite number >= 0, got {v!r}")
+        if not self.formula:
+            key = str(self.algo).strip().lower()
+            formula = _ALIASES.get(key, "ring")
+            object.__setattr__(self, "formula", formula)
+            if key not in _ALIASES and not self.note:
+                object.__setattr__(self, "note", f"no formula for algorithm {self.algo!r}: ring's used")
+
+    @classmethod
+    def from_bandwidth(cls, algo: str, alpha_us: float, gbs: float, gamma_gbs: float | None = None,
+                       source: str = "") -> CommModel:
+        """beta from a link bandwidth in GB/s (1e9 bytes/s); gamma from a reduction bandwidth."""
+        if gbs <= 0 or (gamma_gbs is not None and gamma_gbs <= 0):
+            raise UsageError("bandwidths must be > 0")
+        gamma = 0.0 if gamma_gbs is None else 1e6 / (gamma_gbs * 1e9)
+        return cls(algo, alpha_us, 1e6 / (gbs * 1e9), gamma, source)
+
+    def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
+        return comm_time_us(self.formula, m, n, self.alpha_us, self.beta_us_per_byte, self.gamma_us_per_byte,
+                            servers)
+
+    def to_dict(self) -> dict:
+        return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
+                "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
+                "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
+                "source": self.source, "note": self.note}
+
+    @classmethod
+    def from_dict(cls, doc: Any, algo: str | None = None, source: str = "") -> CommModel:
+        """A fit's to_dict(), or a saved allreduce report holding summary.fit (module docstring)."""
+        fit = _find_fit(doc, algo, source or "communication fit")
+        if hasattr(fit, "to_dict"):
+            fit = fit.to_dict()
+
+        def get(name: str, default: float | None = None) -> float:
+            if name + "_us" in fit or name + "_us_per_byte" in fit:
+                return float(fit.get(name + "_us", fit.get(name + "_us_per_byte")))
+            if name + "_s" in fit or name + "_s_per_byte" in fit:
+                return float(fit.get(name + "_s", fit.get(name + "_s_per_byte"))) * 1e6
+            if default is None:
+                raise UsageError(f"{source or 'communication fit'}: no {name}_us in {sorted(fit)}")
+            return default
+
+        try:
+            return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
+                       source=source)
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, UsageError):
+                raise
+            raise UsageError(f"{source or 'communication fit'}: cannot read the fit: {exc}") from None
+
+
+def _find_fit(doc: Any, algo: str | None, source: str) -> Any:
+    if hasattr(doc, "to_dict") and not isinstance(doc, dict):
+        return doc
+    if not isinstance(doc, dict):
+        raise UsageError(f"{source}: expected a JSON object with a fit")
+    if "alpha_us" in doc or "alpha_s" in doc:
+        return doc
+    fit = doc.get("summary", {}).get("fit") if isinstance(doc.get("summary"), dict) else None
+    if fit is None:
+        fit = doc.get("fit")
+    if fit is None:
+        raise UsageError(f"{source}: no summary.fit (run `gdlbench allreduce` with its fit, or give --alpha/--beta)")
+    if isinstance(fit, list):
+        fit = {str(f.get("algo", i)): f for i, f in enumerate(fit) if isinstance(f, dict)}
+    if not isinstance(fit, dict):
+        raise UsageError(f"{source}: summary.fit is not an object")
+    if "alpha_us" in fit or "alpha_s" in fit:
+        return fit
+    fits = {k: v for k, v in fit.items() if isinstance(v, dict)}
+    if not fits:
+        raise UsageError(f"{source}: summary.fit holds no fits")
+    if algo is not None:
+        for k, v in fits.items():
+            if k == algo or _ALIASES.get(k.lower()) == _ALIASES.get(algo.lower(), algo):
+                return {"algo": k} | v
+        raise UsageError(f"{source}: no fit for algorithm {algo!r} (there are: {', '.join(fits)})")
+    if len(fits) == 1:
+        k, v = next(iter(fits.items()))
+        return {"algo": k} | v
+    if "ring" in fits:
+        return {"algo": "ring"} | fits["ring"]
+    raise UsageError(f"{source}: several fits ({', '.join(fits)}): choose one with --algo")
+
+
+def load_comm_model(path: str | Path, algo: str | None = None) -> CommModel:
+    """The fit from a saved `gdlbench allreduce --json` file (or a fit's own JSON)."""
+    return CommModel.from_dict(_read_json(path, "--from"), algo, source=str(path))
+
+
+def _read_json(path: str | Path, option: str) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{option} {path}: no such file")
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{option} {path}: not valid JSON: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured phases
+
+
+def _time(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise UsageError(f"{what}: time_us must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass
+class Phases:
+    """Per-worker phase times in microseconds at batch `batch` (module docstring)."""
+
+    batch: int
+    forward_us: float
+    backward_us: float
+    io_us: float = 0.0
+    h2d_us: float = 0.0
+    update_us: float = 0.0
+    comm_us: float | None = None  # measured at `workers`, for reference; the model predicts t_c
+    layer_forward_us: dict[str, float] = field(default_factory=dict)
+    layer_backward_us: dict[str, float] = field(default_factory=dict)
+    net: str | None = None
+    workers: int = 1
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
+        for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
+            _time(getattr(self, name), f"phases: {name}")
+        if self.forward_us + self.backward_us <= 0:
+            raise UsageError("phases: forward and backward are both 0")
+
+    @classmethod
+    def from_dict(cls, doc: Any, source: str = "phases") -> Phases:
+        if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+            raise UsageError(f"{source}: expected an iteration report with 'rows' (see gdlbench.model)")
+        args = doc.get("args") if isinstance(doc.get("args"), dict) else {}
+        summary = doc.get("summary") if isinstance(doc.get("summary"), dict) else {}
+        totals: dict[str, float] = {}
+        fwd: dict[str, float] = {}
+        bwd: dict[str, float] = {}
+        batch = summary.get("batch", args.get("batch"))
+        for i, row in enumerate(doc["rows"]):
+            if not isinstance(row, dict) or "phase" not in row:
+                continue
+            phase = row["phase"]
+            if batch is None and "batch" in row:
+                batch = row["batch"]
+            where = f"{source}: row {i} ({phase})"
+            if row.get("layer") not in (None, ""):
+                if phase in ("forward", "backward") and "time_us" in row:
+                    target = fwd if phase == "forward" else bwd
+                    target.setdefault(str(row["layer"]), _time(row["time_us"], where))
+                continue
+            if phase in PHASES and phase not in totals and "time_us" in row:
+                totals[phase] = _time(row["time_us"], where)
+        if batch is None:
+            raise UsageError(f"{source}: no batch (args.batch, summary.batch or a row's batch)")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise UsageError(f"{source}: batch must be a positive integer, got {batch!r}")
+        for phase, per_layer in (("forward", fwd), ("backward", bwd)):
+            if phase not in totals:
+                if not per_layer:
+                    raise UsageError(f"{source}: no {phase} time (a '{phase}' row or per-layer rows)")
+                totals[phase] = sum(per_layer.values())
+        env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
+        workers = env.get("world_size", summary.get("workers", 1))
+        return cls(batch=batch, forward_us=totals["forward"], backward_us=totals["backward"],
+                   io_us=totals.get("io", 0.0), h2d_us=totals.get("h2d", 0.0), update_us=totals.get("update", 0.0),
+                   comm_us=totals.get("comm"), layer_forward_us=fwd, layer_backward_us=bwd,
+                   net=args.get("net") if isinstance(args.get("net"), str) else None,
+                   workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Phases:
+        return cls.from_dict(_read_json(path, "--phases"), source=str(path))
+
+    @classmethod
+    def synthetic(cls, net: Network | str, batch: int, gflops: float = 10_000.0, bwd_ratio: float = 2.0,
+                  io_mbs: float = 2_000.0, image_bytes: int = 110_000, h2d_gbs: float = 20.0,
+                  update_gbs: float = 1_000.0) -> Phases:
+        """Plausible phases from rates (Paleo-like, for plots, tests and what-ifs; not a measurement):
+        per layer forward = 2 MACs b / gflops, backward = bwd_ratio x forward; io reads b JPEGs of
+        image_bytes at io_mbs MB/s; h2d copies b fp32 inputs at h2d_gbs; update streams 5 x params x 4
+        bytes (weights, gradients, momentum read; weights, momentum written) at update_gbs."""
+        net = load_network(net)
+        fwd = {layer.name: 2 * layer.fwd_macs * batch / (gflops * 1e9) * 1e6 for layer in net.layers}
+        bwd = {k: v * bwd_ratio for k, v in fwd.items()}
+        in_bytes = 4 * math.prod(net.input_shape) * batch
+        return cls(batch=batch, forward_us=sum(fwd.values()), backward_us=sum(bwd.values()),
+                   io_us=batch * image_bytes / (io_mbs * 1e6) * 1e6, h2d_us=in_bytes / (h2d_gbs * 1e9) * 1e6,
+                   update_us=5 * net.param_bytes() / (update_gbs * 1e9) * 1e6, layer_forward_us=fwd,
+                   layer_backward_us=bwd, net=net.name, source=f"synthetic ({gflops:g} GFLOP/s)")
+
+    def per_layer(self, net: Network, phase: str) -> list[float]:
+        """Per-layer times in the network's (forward) order, summing to the phase total."""
+        given = self.layer_forward_us if phase == "forward" else self.layer_backward_us
+        total = self.forward_us if phase == "forward" else self.backward_us
+        names = [layer.name for layer in net.layers]
+        times = [given.get(n) for n in names]
+        missing = [i for i, t in enumerate(times) if t is None]
+        known = sum(t for t in times if t is not None)
+        if missing:
+            # Spread what the per-layer rows do not account for by forward multiply-adds
+            # (evenly when those are all zero): compute-bound layers take the time.
+            rest = max(0.0, total - known)
+            weights = [net.layers[i].fwd_macs for i in missing]
+            if sum(weights) == 0:
+                weights = [1] * len(missing)
+            for i, w in zip(missing, weights, strict=True):
+                times[i] = rest * w / sum(weights)
+        out = [float(t or 0.0) for t in times]
+        s = sum(out)
+        return [t * total / s for t in out] if s > 0 else [total / len(out)] * len(out)
+
+    def to_report(self) -> dict:
+        """These phases in the phases-JSON shape (module docstring): what from_dict reads back."""
+        rows: list[dict] = [{"phase": ph, "time_us": t} for ph, t in (
+            ("io", self.io_us), ("h2d", self.h2d_us), ("forward", self.forward_us),
+            ("backward", self.backward_us), ("update", self.update_us))]
+        if self.comm_us is not None:
+            rows.append({"phase": "comm", "time_us": self.comm_us})
+        rows += [{"layer": k, "phase": "forward", "time_us": v} for k, v in self.layer_forward_us.items()]
+        rows += [{"layer": k, "phase": "backward", "time_us": v} for k, v in self.layer_backward_us.items()]
+        return {"tool": "gdlbench", "command": "iteration", "args": {"net": self.net, "batch": self.batch},
+                "env": {"world_size": self.workers}, "summary": {"batch": self.batch, "source": self.source},
+                "rows": rows}
+
+    def to_dict(self) -> dict:
+        return {"batch": self.batch, "io_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
+                "backward_us": self.backward_us, "update_us": self.update_us, "comm_us": self.comm_us,
+                "net": self.net, "workers": self.workers, "source": self.source,
+                "layers_with_times": {"forward": len(self.layer_forward_us), "backward": len(self.layer_backward_us)}}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message (a layer's gradient or a bucket), times relative to the start of backward."""
+
+    layers: tuple[str, ...]
+    bytes: int
+    ready_us: float
+    start_us: float
+    end_us: float
+
+    def to_dict(self) -> dict:
+        return {"layers": list(self.layers), "bytes": self.bytes, "ready_us": self.ready_us,
+                "start_us": self.start_us, "end_us": self.end_us}
+
+
+@dataclass
+class Prediction:
+    """The model's iteration for one strategy and worker count. Times in microseconds.
+    timeline: spans {"lane", "name", "start_us", "end_us"} from the start of the iteration; lanes
+    io, h2d, forward, backward, comm, update."""
+
+    strategy: str
+    workers: int
+    batch: int
+    t_iter_us: float
+    io_us: float  # exposed (all of it without prefetch)
+    h2d_us: float
+    forward_us: float
+    backward_us: float
+    comm_us: float  # the sum of all message times
+    comm_exposed_us: float  # what the iteration pays for communication beyond backward
+    update_us: float
+    messages: list[Message]
+    timeline: list[dict]
+
+    @property
+    def images_per_s(self) -> float:
+        return self.workers * self.batch / (self.t_iter_us * 1e-6) if self.t_iter_us > 0 else math.inf
+
+    def breakdown(self) -> dict[str, float]:
+        """The exposed time of each phase; they sum to t_iter."""
+        return {"io": self.io_us, "h2d": self.h2d_us, "forward": self.forward_us, "backward": self.backward_us,
+                "comm": self.comm_exposed_us, "update": self.update_us}
+
+    def to_dict(self, timeline: bool = False) -> dict:
+        d = {"strategy": self.strategy, "workers": self.workers, "batch": self.batch, "t_iter_us": self.t_iter_us,
+             "io_exposed_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
+             "backward_us": self.backward_us, "comm_us": self.comm_us, "comm_exposed_us": self.comm_exposed_us,
+             "update_us": self.update_us, "images_per_s": self.images_per_s, "messages": len(self.messages)}
+        if timeline:
+            d["timeline"] = self.timeline
+            d["message_list"] = [m.to_dict() for m in self.messages]
+        return d
+
+
+def make_buckets(sizes: Sequence[int], bucket_bytes: int | None) -> list[list[int]]:
+    """Indices of consecutive messages merged into buckets of at least bucket_bytes (None: one
+    per message). The last bucket takes what is left, however small."""
+    if bucket_bytes is None:
+        return [[i] for i in range(len(sizes))]
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for i, size in enumerate(sizes):
+        current.append(i)
+        filled += size
+        if filled >= bucket_bytes:
+            buckets.append(current)
+            current, filled = [], 0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def schedule(ready_us: Sequence[float], cost_us: Sequence[float], start_us: float = 0.0) -> list[tuple[float, float]]:
+    """The WFBP recurrence: s_l = max(r_l, e_prev), e_l = s_l + t_c(m_l); e_prev starts at start_us."""
+    out = []
+    e_prev = start_us
+    for r, c in zip(ready_us, cost_us, strict=True):
+        s = max(r, e_prev)
+        e_prev = s + c
+        out.append((s, e_prev))
+    return out
+
+
+def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) -> list[dict]:
+    """The messages `strategy` sends, in the order it sends them (backward order): each
+    {"layers": [names], "indices": [layer indices], "bytes": int}; the executor sends exactly
+    these, and predict_iteration(message_costs_us=...) takes their measured times in this order."""
+    net = load_network(net)
+    grads = net.gradient_messages(dtype_bytes)
+    return [{"layers": [grads[j].layer for j in b], "indices": [grads[j].index for j in b],
+             "bytes": sum(grads[j].bytes for j in b)}
+            for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes)]
+
+
+def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None, strategy: Strategy,
+                      workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
+                      pull_costs_us: Sequence[float] | None = None) -> Prediction:
+    """The model's iteration time for `strategy` on `workers` workers (module docstring).
+    message_costs_us replaces the comm model's time of each message of plan_messages() (measured
+    times, say; for ps_pull='after_push' the push only, and pull_costs_us the pulls); comm may
+    then be None, unless the pulls still need the model."""
+    net = load_network(net)
+    if workers < 1:
+        raise UsageError(f"workers must be >= 1, got {workers}")
+    n = workers
+    t_f, t_b, t_u, t_h2d, t_io = phases.forward_us, phases.backward_us, phases.update_us, phases.h2d_us, phases.io_us
+    fwd = phases.per_layer(net, "forward")
+    bwd = phases.per_layer(net, "backward")
+
+    # Ready time of each layer's gradient, from the start of backward (which runs last layer first).
+    ready: dict[int, float] = {}
+    clock = 0.0
+    bwd_spans = []
+    for i in reversed(range(len(net.layers))):
+        bwd_spans.append((net.layers[i].name, clock, clock + bwd[i]))
+        clock += bwd[i]
+        ready[i] = clock
+
+    plan = plan_messages(net, strategy, dtype_bytes)
+    sizes = [msg["bytes"] for msg in plan]
+    names = [tuple(msg["layers"]) for msg in plan]
+    # a message is ready with the last of its gradients (its lowest layer index)
+    ready_b = [ready[msg["indices"][-1]] if strategy.overlap == "wfbp" else t_b for msg in plan]
+
+    servers = strategy.servers or n
+    after_push_pulls: list[float] = []
+    if message_costs_us is not None or pull_costs_us is not None:
+        for what, given in (("message_costs_us", message_costs_us), ("pull_costs_us", pull_costs_us)):
+            if given is not None and len(given) != len(sizes):
+                raise UsageError(f"{what}: {len(given)} times for {len(sizes)} messages of {strategy.name}")
+    if comm is None and (message_costs_us is None or (
+            strategy.collective == "ps" and strategy.ps_pull == "after_push" and pull_costs_us is None)):
+        raise UsageError("predict_iteration: a comm model is needed without measured message times")
+    if message_costs_us is not None:
+        costs = [float(c) for c in message_costs_us]
+        if strategy.collective == "ps" and strategy.ps_pull == "after_push":
+            after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
+                                [ps_pull_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte) for m in sizes])
+    elif strategy.collective == "ps":
+        if strategy.ps_pull == "after_push":
+            costs = [ps_push_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
+                     for m in sizes]
+            after_push_pulls = [ps_pull_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte) for m in sizes]
+        else:
+            costs = [ps_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
+                     for m in sizes]
+    else:
+        algo = strategy.algo or comm.formula
+        costs = [comm_time_us(algo, m, n, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
+                 for m in sizes]
+    spans = schedule(ready_b, costs)
+    e_last = spans[-1][1] if spans else 0.0
+    comm_end = max(t_b, e_last)  # from the start of backward
+    pulls_total = sum(after_push_pulls)
+    after_fwd = comm_end + t_u + pulls_total  # backward + exposed comm + update (+ pulls)
+    comm_total = sum(costs) + pulls_total
+    comm_exposed = comm_end - t_b + pulls_total
+
+    compute_span = t_f + after_fwd  # what prefetched I/O overlaps with
+    io_exposed = max(0.0, t_io - compute_span) if strategy.io_prefetch else t_io
+    t_iter = io_exposed + t_h2d + compute_span
+
+    # Timeline from the start of the iteration.
+    tl: list[dict] = []
+    t0 = 0.0
+    if strategy.io_prefetch:
+        if io_exposed > 0:
+            tl.append({"lane": "io", "name": "wait for the prefetched batch", "start_us": 0.0, "end_us": io_exposed})
+        if t_io > 0:
+            tl.append({"lane": "io", "name": "read the next batch (prefetch thread)",
+                       "start_us": io_exposed + t_h2d, "end_us": io_exposed + t_h2d + t_io})
+        t0 = io_exposed
+    elif t_io > 0:
+        tl.append({"lane": "io", "name": "read the batch", "start_us": 0.0, "end_us": t_io})
+        t0 = t_io
+    if t_h2d > 0:
+        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": t0, "end_us": t0 + t_h2d})
+    t0 += t_h2d
+    clock = t0
+    for layer, t in zip(net.layers, fwd, strict=True):
+        if t > 0:
+            tl.append({"lane": "forward", "name": layer.name, "start_us": clock, "end_us": clock + t})
+        clock += t
+    b0 = t0 + t_f
+    tl += [{"lane": "backward", "name": name, "start_us": b0 + s, "end_us": b0 + e}
+           for name, s, e in bwd_spans if e > s]
+    messages = []
+    for nm, m, r, (s, e) in zip(names, sizes, ready_b, spans, strict=True):
+        messages.append(Message(nm, m, r, s, e))
+        if e > s:
+            label = nm[0] if len(nm) == 1 else f"{nm[0]}..{nm[-1]} ({len(nm)} grads)"
+            tl.append({"lane": "comm", "name": label, "start_us": b0 + s, "end_us": b0 + e, "bytes": m})
+    u0 = b0 + comm_end
+    if t_u > 0:
+        tl.append({"lane": "update", "name": "SGD update", "start_us": u0, "end_us": u0 + t_u})
+    p0 = u0 + t_u
+    for nm, c in zip(names, after_push_pulls, strict=False):  # empty unless pulls come after pushes
+        if c > 0:
+            tl.append({"lane": "comm", "name": f"pull {nm[0]}", "start_us": p0, "end_us": p0 + c})
+        p0 += c
+    return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,
+                      comm_exposed, t_u, messages, tl)
+
+
+def predict_scaling(net: Network | str, phases: Phases, comm: CommModel, strategies: Iterable[Strategy],
+                    workers: Sequence[int], dtype_bytes: int = 4) -> list[dict]:
+    """Rows per (strategy, N): t_iter_us, images_per_s, speedup S(N) = N t(1)/t(N), efficiency S/N,
+    and the exposed phases. t(1) is the same strategy on one worker (no communication)."""
+    net = load_network(net)
+    rows = []
+    for strategy in strategies:
+        base = predict_iteration(net, phases, comm, strategy, 1, dtype_bytes).t_iter_us
+        for n in workers:
+            p = predict_iteration(net, phases, comm, strategy, n, dtype_bytes)
+            speedup = n * base / p.t_iter_us if p.t_iter_us > 0 else math.nan
+            rows.append(p.to_dict() | {"speedup": speedup, "efficiency": speedup / n, "t_iter_1_us": base})
+    return rows

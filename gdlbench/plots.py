@@ -1,0 +1,182 @@
+"""Plots of the model (matplotlib, the optional extra gdlbench[plot]; Agg backend, PNG files):
+- plot_breakdown: exposed time of each phase per strategy, stacked bars;
+- plot_timeline: one iteration's forward, backward and communication lanes (WFBP overlap shows);
+  plot_spans draws the same from any spans list (a measured iteration's, say);
+- plot_scaling: speedup, throughput or efficiency against workers per strategy, with the ideal.
+matplotlib is imported only when a plot is drawn."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+PHASE_COLOURS = {"io": "#8c8c8c", "h2d": "#bcbd22", "forward": "#1f77b4", "backward": "#ff7f0e",
+                 "comm": "#d62728", "update": "#2ca02c"}
+LANES = ("io", "h2d", "forward", "backward", "comm", "update")
+
+
+def require_matplotlib() -> Any:
+    """matplotlib.pyplot on the Agg backend, or a UsageError saying how to get it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("plots need matplotlib: pip install 'gdlbench[plot]'") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _unit(max_us: float) -> tuple[float, str]:
+    return (1e3, "ms") if max_us >= 2e3 else (1.0, "us")
+
+
+def _bars(items: Sequence[Any]) -> list[tuple[str, dict[str, float]]]:
+    out = []
+    for item in items:
+        if hasattr(item, "breakdown"):  # a model.Prediction
+            out.append((item.strategy, item.breakdown()))
+        elif isinstance(item, tuple) and len(item) == 2:  # (label, {phase: us}), e.g. a measurement
+            out.append((str(item[0]), {k: float(v) for k, v in item[1].items()}))
+        else:
+            raise UsageError(f"plot_breakdown: expected Predictions or (label, {{phase: us}}), got {item!r}")
+    return out
+
+
+def plot_breakdown(predictions: Sequence[Any], path: str | Path, title: str = "predicted phases") -> Path:
+    """Stacked bars, one per item: a Prediction (its exposed io, h2d, forward, backward, comm,
+    update) or a (label, {phase: time_us}) pair, e.g. a measured iteration beside the model's."""
+    plt = require_matplotlib()
+    bars = _bars(predictions)
+    if not bars:
+        raise UsageError("plot_breakdown: nothing to plot")
+    totals = [sum(b.values()) for _, b in bars]
+    scale, unit = _unit(max(totals))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(bars) + 2), 4.5), dpi=110)
+    labels = [label for label, _ in bars]
+    bottoms = [0.0] * len(bars)
+    for phase in LANES + tuple(sorted({k for _, b in bars for k in b} - set(LANES))):
+        values = [b.get(phase, 0.0) / scale for _, b in bars]
+        if not any(values):
+            continue
+        ax.bar(labels, values, bottom=bottoms, color=PHASE_COLOURS.get(phase),
+               label=phase + (" (exposed)" if phase in ("io", "comm") else ""), edgecolor="white", linewidth=0.5)
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    for i, total in enumerate(totals):
+        ax.text(i, bottoms[i], f"{total / scale:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel(f"time per iteration ({unit})")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.tick_params(axis="x", rotation=30, labelsize=8)
+    ax.set_ylim(0, max(bottoms) * 1.12 or 1)
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def plot_timeline(prediction: Any, path: str | Path, title: str = "one iteration") -> Path:
+    """One iteration of a model.Prediction: lanes io, h2d, forward, backward, comm, update."""
+    subtitle = (f"comm {prediction.comm_us / 1e3:.1f} ms, exposed {prediction.comm_exposed_us / 1e3:.1f} ms"
+                if prediction.t_iter_us >= 2e3 else
+                f"comm {prediction.comm_us:.1f} us, exposed {prediction.comm_exposed_us:.1f} us")
+    return plot_spans(prediction.timeline, path, title=f"{title}: {subtitle}", t_iter_us=prediction.t_iter_us)
+
+
+def plot_spans(spans: Sequence[dict], path: str | Path, title: str = "one iteration",
+               t_iter_us: float | None = None) -> Path:
+    """Spans {"lane", "name", "start_us", "end_us"} (a Prediction's timeline, or a measured
+    iteration's in the same shape) as one bar each in its lane; t_iter_us draws the end line."""
+    plt = require_matplotlib()
+    if not spans:
+        raise UsageError("plot_spans: nothing to plot")
+    end = max([s["end_us"] for s in spans] + [t_iter_us or 0.0])
+    scale, unit = _unit(end)
+    lanes = [lane for lane in LANES if any(s["lane"] == lane for s in spans)]
+    lanes += sorted({s["lane"] for s in spans} - set(lanes))
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(lanes) + 1.8), dpi=110)
+    for row, lane in enumerate(lanes):
+        y = len(lanes) - 1 - row
+        items = [s for s in spans if s["lane"] == lane]
+        bars = [(s["start_us"] / scale, (s["end_us"] - s["start_us"]) / scale) for s in items]
+        # the prefetch thread's read of the next batch is lighter than a wait on it
+        colours = ["#c7c7c7" if "prefetch" in s["name"] else PHASE_COLOURS.get(lane, "#7f7f7f") for s in items]
+        ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=colours, edgecolor="white", linewidth=0.4)
+        if lane == "comm":  # name the few largest messages
+            for s in sorted(items, key=lambda s: s["end_us"] - s["start_us"], reverse=True)[:4]:
+                w = (s["end_us"] - s["start_us"]) / scale
+                if w > end / scale * 0.06:
+                    ax.text((s["start_us"] / scale) + w / 2, y, s["name"], ha="center", va="center", fontsize=6,
+                            color="white", clip_on=True)
+    if t_iter_us is not None:
+        ax.axvline(t_iter_us / scale, color="black", linestyle="--", linewidth=0.8)
+        ax.text(t_iter_us / scale, len(lanes) - 0.45, f" t_iter {t_iter_us / scale:.1f} {unit}", fontsize=8,
+                va="bottom")
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels(list(reversed(lanes)))
+    ax.set_ylim(-0.6, len(lanes) - 0.1)
+    ax.set_xlim(0, end / scale * 1.08)
+    ax.set_xlabel(f"time from the start of the iteration ({unit})")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def plot_scaling(rows: Sequence[dict], path: str | Path, metric: str = "speedup",
+                 title: str = "predicted scaling") -> Path:
+    """rows from model.predict_scaling: metric speedup, throughput (images/s) or efficiency
+    against N per strategy, log-log for speedup/throughput, with the ideal line."""
+    plt = require_matplotlib()
+    key = {"speedup": "speedup", "throughput": "images_per_s", "efficiency": "efficiency"}.get(metric)
+    if key is None:
+        raise UsageError(f"plot_scaling: metric must be speedup, throughput or efficiency, got {metric!r}")
+    if not rows:
+        raise UsageError("plot_scaling: nothing to plot")
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    workers = sorted({r["workers"] for r in rows})
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    markers = "osD^v<>ph*"
+    for i, name in enumerate(strategies):
+        pts = sorted((r["workers"], r[key]) for r in rows if r["strategy"] == name)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], markersize=4,
+                linewidth=1.3, label=name)
+    if metric == "speedup":
+        ax.plot(workers, workers, color="black", linestyle="--", linewidth=0.9, label="ideal")
+    elif metric == "efficiency":
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=0.9, label="ideal")
+    else:
+        per_worker = {r["strategy"]: r["images_per_s"] / r["workers"] for r in rows if r["workers"] == workers[0]}
+        best = max(per_worker.values()) if per_worker else 0
+        ax.plot(workers, [best * n for n in workers], color="black", linestyle="--", linewidth=0.9,
+                label=f"ideal (best N={workers[0]} rate x N)")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 1, 2, 4 ... rather than 2^k
+    if len(workers) > 1:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(plain)
+    if metric == "efficiency":
+        ax.set_ylim(0, 1.05)
+    elif len(workers) > 1:
+        ax.set_yscale("log", base=2 if metric == "speedup" else 10)
+        if metric == "speedup":
+            ax.yaxis.set_major_formatter(plain)
+    ax.set_xlabel("workers N")
+    ax.set_ylabel({"speedup": "speedup S(N) = N t(1)/t(N)", "throughput": "images/s (all workers)",
+                   "efficiency": "efficiency S(N)/N"}[metric])
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def _save(fig: Any, plt: Any, path: str | Path) -> Path:
+    path = Path(path)
+    try:
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,121 @@
+"""The iteration executor and skeleton: message plans, isolated phases, the composed run (one and
+two ranks), the all-reduced gradients, and the phases JSON that predict reads back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli, run_mpi
+
+from gdlbench import _core
+from gdlbench.iteration import Iteration, plan_messages
+from gdlbench.model import Phases
+from gdlbench.network import load_network
+from gdlbench.strategies import get_strategies
+
+MLP = str(Path(__file__).parent / "data" / "mlp.json")
+
+
+@pytest.mark.parametrize("name", ["serial", "wfbp", "wfbp-fusion", "caffe-mpi"])
+def test_message_plan_covers_every_gradient_once(name):
+    net = load_network(MLP)
+    exe = _core.Net(net.layer_specs(), 2)
+    plan = plan_messages(net, get_strategies(name)[0], exe.layer_param_offset)
+    covered = np.zeros(exe.param_count, dtype=int)
+    for offset, count, ready_after in plan.messages:
+        covered[offset:offset + count] += 1
+        # ready after its lowest layer, which backward reaches last
+        assert exe.layer_param_offset(ready_after) == offset
+    assert (covered == 1).all()
+    assert sum(plan.bytes) == 4 * net.params
+
+
+def test_iteration_api_one_rank():
+    r = Iteration(MLP, batch=8, device="cpu", strategy="serial,wfbp", iters=2, warmup=0, io=False).measure()
+    assert set(r.phases) == {"h2d", "forward", "backward", "update"}
+    assert len(r.layers) == len(load_network(MLP).layers)
+    for run in r.runs:
+        assert len(run.composed.samples_us) == 2 and run.predicted_us > 0
+        assert len(run.trace["layer_backward_end_us"]) == len(r.layers)
+        # the trace is in order: forward, backward, comm, update
+        t = run.trace
+        assert t["forward_end_us"] <= t["backward_end_us"] <= t["comm_end_us"] <= t["update_end_us"]
+    rows = r.rows()
+    assert {row["phase"] for row in rows} >= {"forward", "backward", "update", "iteration", "message"}
+
+
+def test_phases_json_round_trip_into_the_model(tmp_path):
+    out = tmp_path / "it.json"
+    p = run_cli("iteration", "--net", MLP, "--batch", "4", "--no-io", "--strategy", "serial", "--iters", "2",
+                "--warmup", "0", "--device", "cpu", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    phases = Phases.from_dict(doc)
+    assert phases.batch == 4 and phases.forward_us > 0 and len(phases.layer_forward_us) == 6
+    assert "error_pct" in doc["summary"] and "serial" in doc["summary"]["predicted_us"]
+    q = run_cli("predict", "--net", MLP, "--phases", str(out), "--workers", "1,2,4", "--alpha", "5", "--beta", "0.0001")
+    assert q.returncode == 0, q.stderr
+
+
+def test_allreduced_gradients_on_two_ranks(tmp_path):
+    code = f"""
+import numpy as np, gdlbench
+from gdlbench import _core
+from gdlbench.iteration import plan_messages
+from gdlbench.network import load_network
+from gdlbench.strategies import get_strategies
+from mpi4py import MPI
+net = load_network({MLP!r})
+ref = _core.Net(net.layer_specs(), 4)
+ref.forward_backward()
+expected = 2 * ref.grads()
+for name, algo, servers in (("serial", "library", 1), ("wfbp", "ring", 1), ("wfbp-fusion", "rd", 1),
+                            ("mxnet", "ps", 2), ("tensorflow", "ps", 1)):
+    exe = _core.Net(net.layer_specs(), 4)
+    plan = plan_messages(net, get_strategies(name)[0], exe.layer_param_offset)
+    exe.time_iteration(plan.messages, name != "serial", algo, servers, MPI.COMM_WORLD, None, False, 0, 1)
+    got = exe.grads()
+    assert np.allclose(got, expected, rtol=1e-6, atol=1e-7), (name, np.abs(got - expected).max())
+print("OK")
+"""
+    p = run_mpi(2, __import__("sys").executable, "-c", code)
+    assert p.returncode == 0 and p.stdout.count("OK") == 2, p.stdout + p.stderr
+
+
+def test_cli_two_ranks_compares_strategies(tmp_path):
+    out = tmp_path / "it2.json"
+    p = run_cli("iteration", "--net", MLP, "--batch", "4", "--no-io", "--strategy", "serial,wfbp,wfbp-fusion",
+                "--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(out), nranks=2)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["env"]["world_size"] == 2
+    its = [r for r in doc["rows"] if r["phase"] == "iteration"]
+    assert [r["strategy"] for r in its] == ["serial", "wfbp", "wfbp-fusion"]
+    assert all(r["images_per_s_total"] == pytest.approx(2 * r["images_per_s"]) for r in its)
+    assert p.stdout.count("composed iteration per strategy") == 1  # rank 0 alone prints
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--net", "nosuchnet"], "nosuchnet"),
+    (["--batch", "0"], "batch"),
+    (["--strategy", "bogus"], "bogus"),
+    (["--iters", "0"], "iters"),
+])
+def test_iteration_bad_input(argv, message):
+    p = run_cli("iteration", *argv, "--no-io")
+    assert p.returncode == 2, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and message in p.stderr
+
+
+def test_iteration_with_io_prefetch(tmp_path):
+    r = Iteration(MLP, batch=2, device="cpu", strategy="serial,prefetch", iters=2, warmup=0, io=True,
+                  io_dir=str(tmp_path)).measure()
+    assert r.phases["io"].median > 0
+    assert (tmp_path / "gdlbench-dataset.json").exists()
+    serial, prefetch = r.runs
+    # without prefetch the iteration waits for the whole read; with it, only for what is left
+    assert serial.trace["io_wait_end_us"] > 0
+    assert prefetch.prediction.io_us <= serial.prediction.io_us

@@ -1,0 +1,453 @@
+"""The performance model on small hand-computed cases (DESIGN.md section 3), the strategies,
+and the predict command's contract."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from conftest import run_cli
+
+from gdlbench.cli import main
+from gdlbench.errors import UsageError
+from gdlbench.model import (
+    CommModel,
+    Phases,
+    comm_time_us,
+    load_comm_model,
+    make_buckets,
+    predict_iteration,
+    predict_scaling,
+    ps_us,
+    recursive_doubling_us,
+    ring_allreduce_us,
+    schedule,
+    tree_allreduce_us,
+)
+from gdlbench.network import load_network
+from gdlbench.strategies import PRESETS, Strategy, get_strategies
+
+# Three fc layers without bias: gradients of 64, 64 and 32 bytes (fp32).
+NET3 = {"name": "three", "input": [4, 1, 1], "layers": [
+    {"name": "fc1", "type": "fc", "out_features": 4, "bias": False},
+    {"name": "fc2", "type": "fc", "out_features": 4, "bias": False},
+    {"name": "fc3", "type": "fc", "out_features": 2, "bias": False},
+]}
+# t_f = 30 (10 per layer); t_b = 60: fc3 30, fc2 20, fc1 10, so in backward order fc3 is ready at
+# 30, fc2 at 50, fc1 at 60.
+PH3 = Phases(batch=8, forward_us=30, backward_us=60, io_us=5, h2d_us=2, update_us=3,
+             layer_forward_us={"fc1": 10, "fc2": 10, "fc3": 10},
+             layer_backward_us={"fc1": 10, "fc2": 20, "fc3": 30}, net="three")
+# ring, N = 2: 2(N-1)alpha + 2(N-1)/N m beta = 8 + 0.25 m: fc3 (32 B) 16, fc2 (64 B) 24, fc1 24.
+RING = CommModel("ring", alpha_us=4.0, beta_us_per_byte=0.25)
+
+
+def strat(**kw) -> Strategy:
+    return Strategy("test", **kw)
+
+
+def test_comm_formulas_by_hand():
+    m, a, b, g = 1000, 2.0, 0.01, 0.001
+    assert ring_allreduce_us(m, 4, a, b, g) == pytest.approx(12 + 15 + 0.75)
+    assert recursive_doubling_us(m, 5, a, b, g) == pytest.approx(3 * (2 + 10 + 1))  # ceil(log2 5) = 3
+    assert recursive_doubling_us(m, 4, a, b, g) == pytest.approx(2 * 13)
+    assert tree_allreduce_us(m, 4, a, b, g) == pytest.approx(2 * 2 * 12 + 2 * 1)
+    assert ps_us(m, 4, 2, a, b, g) == pytest.approx(2 * (2 + 2 * 1000 * 0.01) + 2 * 1000 * 0.001)
+    for algo in ("ring", "recursive_doubling", "tree", "ps"):
+        assert comm_time_us(algo, m, 1, a, b, g) == 0.0  # one worker aggregates nothing
+    assert comm_time_us("rd", m, 8, a, b) == recursive_doubling_us(m, 8, a, b)
+    assert comm_time_us("ps", m, 8, a, b) == ps_us(m, 8, 8, a, b)  # P defaults to N
+    with pytest.raises(UsageError, match="unknown algorithm"):
+        comm_time_us("butterfly", m, 4, a, b)
+
+
+def test_serial():
+    p = predict_iteration(NET3, PH3, RING, strat(overlap="none", io_prefetch=False), 2)
+    assert p.comm_us == pytest.approx(16 + 24 + 24)
+    assert p.t_iter_us == pytest.approx(5 + 2 + 30 + 60 + 64 + 3)
+    assert sum(p.breakdown().values()) == pytest.approx(p.t_iter_us)
+    assert [m.layers for m in p.messages] == [("fc3",), ("fc2",), ("fc1",)]
+    assert [(m.start_us, m.end_us) for m in p.messages] == [(60, 76), (76, 100), (100, 124)]
+
+
+def test_prefetch_hides_io_up_to_the_rest_of_the_iteration():
+    s = strat(overlap="none", io_prefetch=True)
+    assert predict_iteration(NET3, PH3, RING, s, 2).t_iter_us == pytest.approx(2 + 30 + 60 + 64 + 3)
+    slow_io = replace(PH3, io_us=200)
+    p = predict_iteration(NET3, slow_io, RING, s, 2)
+    assert p.io_us == pytest.approx(200 - (30 + 60 + 64 + 3))
+    assert p.t_iter_us == pytest.approx(43 + 2 + 157)
+
+
+def test_wfbp_recurrence_three_layers_by_hand():
+    p = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp"), 2)
+    # fc3: r=30, s=30, e=46; fc2: r=50, s=50, e=74; fc1: r=60, s=max(60, 74)=74, e=98
+    assert [(m.ready_us, m.start_us, m.end_us) for m in p.messages] == [(30, 30, 46), (50, 50, 74), (60, 74, 98)]
+    assert p.t_iter_us == pytest.approx(2 + 30 + max(60, 98) + 3)
+    assert p.comm_exposed_us == pytest.approx(38)
+    # fast communication hides all but the last message (fc1's, ready when backward ends)
+    fast = CommModel("ring", 0.5, 0.0)
+    q = predict_iteration(NET3, PH3, fast, strat(overlap="wfbp"), 2)
+    assert q.t_iter_us == pytest.approx(2 + 30 + 60 + 1 + 3) and q.comm_exposed_us == pytest.approx(1)
+
+
+def test_fusion_buckets():
+    assert make_buckets([32, 64, 64], None) == [[0], [1], [2]]
+    assert make_buckets([32, 64, 64], 96) == [[0, 1], [2]]
+    assert make_buckets([32, 64, 64], 10**9) == [[0, 1, 2]]
+    assert make_buckets([100, 1, 1], 50) == [[0], [1, 2]]
+    p = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp", bucket_bytes=96), 2)
+    # bucket [fc3, fc2] (96 B) ready at 50, 8 + 24 = 32 -> 82; [fc1] ready 60, starts 82, ends 106
+    assert [(m.layers, m.bytes, m.ready_us, m.start_us, m.end_us) for m in p.messages] == [
+        (("fc3", "fc2"), 96, 50, 50, 82), (("fc1",), 64, 60, 82, 106)]
+    assert p.t_iter_us == pytest.approx(2 + 30 + 106 + 3)
+    one = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp", bucket_bytes=10**9), 2)
+    assert one.t_iter_us == pytest.approx(2 + 30 + 60 + (8 + 40) + 3)
+
+
+def test_schedule():
+    assert schedule([1, 2, 10], [5, 5, 1]) == [(1, 6), (6, 11), (11, 12)]
+    assert schedule([], []) == []
+
+
+def test_parameter_server():
+    # N = 2, P = 1: 2(alpha + 2 m beta) = 8 + m: fc3 40, fc2 72, fc1 72
+    ps = strat(collective="ps", servers=1)
+    p = predict_iteration(NET3, PH3, RING, ps, 2)
+    assert p.comm_us == pytest.approx(184)
+    assert p.t_iter_us == pytest.approx(2 + 30 + 60 + 184 + 3)
+    w = predict_iteration(NET3, PH3, RING, replace(ps, overlap="wfbp"), 2)
+    assert [m.end_us for m in w.messages] == [70, 142, 214]
+    assert w.t_iter_us == pytest.approx(2 + 30 + 214 + 3)
+    # pushes overlap backward (4 + 0.5 m: 20, 36, 36 -> ends 50, 86, 122), pulls (the same) after
+    tf = predict_iteration(NET3, PH3, RING, replace(ps, overlap="wfbp", ps_pull="after_push"), 2)
+    assert [m.end_us for m in tf.messages] == [50, 86, 122]
+    assert tf.t_iter_us == pytest.approx(2 + 30 + 122 + 3 + 92)
+    # P = N = 2 halves each server's load
+    p2 = predict_iteration(NET3, PH3, RING, replace(ps, servers=2), 2)
+    assert p2.comm_us == pytest.approx(sum(2 * (4 + m * 0.25) for m in (32, 64, 64)))
+
+
+def test_one_worker_has_no_communication_and_scaling():
+    for s in PRESETS.values():
+        p = predict_iteration(NET3, PH3, RING, s, 1)
+        assert p.comm_us == 0 and p.comm_exposed_us == 0
+    rows = predict_scaling(NET3, PH3, RING, [strat(overlap="wfbp")], [1, 2, 4])
+    t1 = 2 + 30 + 60 + 3
+    assert rows[0]["t_iter_us"] == pytest.approx(t1) and rows[0]["speedup"] == pytest.approx(1.0)
+    assert rows[1]["speedup"] == pytest.approx(2 * t1 / 133)
+    assert rows[1]["efficiency"] == pytest.approx(t1 / 133)
+    assert rows[1]["images_per_s"] == pytest.approx(2 * 8 / 133e-6)
+
+
+def test_timeline_lanes():
+    p = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp"), 2)
+    lanes = {s["lane"] for s in p.timeline}
+    assert lanes == {"io", "h2d", "forward", "backward", "comm", "update"}
+    bwd = [s for s in p.timeline if s["lane"] == "backward"]
+    assert [s["name"] for s in bwd] == ["fc3", "fc2", "fc1"] and bwd[0]["start_us"] == pytest.approx(32)
+    comm = [s for s in p.timeline if s["lane"] == "comm"]
+    assert comm[-1]["end_us"] == pytest.approx(32 + 98)
+    upd = [s for s in p.timeline if s["lane"] == "update"][0]
+    assert upd["end_us"] == pytest.approx(p.t_iter_us)
+    json.dumps(p.to_dict(timeline=True))
+
+
+def test_per_layer_times_filled_by_macs_and_scaled():
+    net = load_network(NET3)
+    ph = Phases(batch=1, forward_us=30, backward_us=100, layer_backward_us={"fc3": 10})
+    # fc1 and fc2 (16 MACs each) share the 90 the fc3 row leaves
+    assert ph.per_layer(net, "backward") == pytest.approx([45, 45, 10])
+    assert ph.per_layer(net, "forward") == pytest.approx([12, 12, 6])  # by MACs 16:16:8
+    scaled = Phases(batch=1, forward_us=30, backward_us=120, layer_backward_us={"fc1": 10, "fc2": 20, "fc3": 30})
+    assert scaled.per_layer(net, "backward") == pytest.approx([20, 40, 60])
+
+
+def test_phases_json_roundtrip_and_errors(tmp_path):
+    doc = PH3.to_report()
+    back = Phases.from_dict(doc)
+    assert (back.batch, back.forward_us, back.backward_us, back.io_us, back.h2d_us, back.update_us) == (8, 30, 60, 5, 2, 3)
+    assert back.layer_backward_us == PH3.layer_backward_us and back.net == "three"
+    # the first row of a phase counts; per-layer rows alone give the total
+    doc2 = {"args": {"batch": 4}, "rows": [{"phase": "forward", "time_us": 7}, {"phase": "forward", "time_us": 9},
+                                          {"layer": "fc1", "phase": "backward", "time_us": 3},
+                                          {"layer": "fc2", "phase": "backward", "time_us": 4}]}
+    ph = Phases.from_dict(doc2)
+    assert ph.forward_us == 7 and ph.backward_us == 7 and ph.io_us == 0
+    with pytest.raises(UsageError, match="no batch"):
+        Phases.from_dict({"rows": [{"phase": "forward", "time_us": 1}, {"phase": "backward", "time_us": 1}]})
+    with pytest.raises(UsageError, match="no backward"):
+        Phases.from_dict({"args": {"batch": 2}, "rows": [{"phase": "forward", "time_us": 1}]})
+    with pytest.raises(UsageError, match="time_us"):
+        Phases.from_dict({"args": {"batch": 2}, "rows": [{"phase": "forward", "time_us": -1}]})
+    with pytest.raises(UsageError, match="rows"):
+        Phases.from_dict({"summary": {}})
+
+
+def test_comm_model_loader_shapes(tmp_path):
+    fit = {"algo": "ring", "alpha_us": 3.0, "beta_us_per_byte": 1e-4, "gamma_us_per_byte": 1e-5}
+    cm = CommModel.from_dict(fit)
+    assert (cm.algo, cm.alpha_us, cm.beta_us_per_byte, cm.gamma_us_per_byte) == ("ring", 3.0, 1e-4, 1e-5)
+    assert cm.predict_us(1000, 4) == pytest.approx(ring_allreduce_us(1000, 4, 3.0, 1e-4, 1e-5))
+    saved = {"summary": {"fit": {"ring": {"alpha_us": 1, "beta_us_per_byte": 2e-4},
+                                 "recursive_doubling": {"alpha_us": 2, "beta_us_per_byte": 3e-4}}}}
+    path = tmp_path / "ar.json"
+    path.write_text(json.dumps(saved))
+    assert load_comm_model(path).alpha_us == 1 and load_comm_model(path).gamma_us_per_byte == 0
+    rd = load_comm_model(path, "rd")
+    assert rd.formula == "recursive_doubling" and rd.alpha_us == 2
+    assert CommModel.from_dict({"summary": {"fit": [{"algo": "tree", "alpha_s": 1e-6, "beta_s_per_byte": 1e-9}]}}
+                               ).formula == "tree"
+    lib = CommModel.from_dict({"fit": {"mpi": {"alpha_us": 1, "beta_us_per_byte": 1e-4}}})
+    assert lib.formula == "ring" and "ring" in lib.note
+    assert CommModel.from_dict(replace(cm, source="x")).alpha_us == 3.0  # an object with to_dict()
+    with pytest.raises(UsageError, match="no fit for algorithm"):
+        load_comm_model(path, "tree")
+    with pytest.raises(UsageError, match="several fits"):
+        CommModel.from_dict({"summary": {"fit": {"tree": fit, "recursive_doubling": fit}}})
+    with pytest.raises(UsageError, match="no summary.fit"):
+        CommModel.from_dict({"summary": {}})
+    with pytest.raises(UsageError, match="beta"):
+        CommModel.from_dict({"alpha_us": 1})
+    with pytest.raises(UsageError, match=">= 0"):
+        CommModel("ring", -1, 0)
+    bw = CommModel.from_bandwidth("ring", 1.0, 10.0)
+    assert bw.beta_us_per_byte == pytest.approx(1e-4) and bw.to_dict()["link_gbs"] == pytest.approx(10)
+
+
+def test_presets():
+    names = [s.name for s in get_strategies("all")]
+    assert {"serial", "prefetch", "wfbp", "wfbp-fusion", "ps", "caffe-mpi", "cntk", "mxnet", "tensorflow"} <= set(names)
+    for s in PRESETS.values():
+        assert s.assumptions and s.source and s.describe()
+    assert PRESETS["wfbp-fusion"].bucket_bytes == 25 * 2**20
+    assert PRESETS["cntk"].overlap == "none" and PRESETS["mxnet"].collective == "ps"
+    (f,) = get_strategies("wfbp-fusion", bucket_bytes=1000)
+    assert f.bucket_bytes == 1000
+    (p,) = get_strategies("ps", servers=3)
+    assert p.servers == 3
+    with pytest.raises(UsageError, match="unknown strategy"):
+        get_strategies("horovod")
+    with pytest.raises(UsageError, match="overlap"):
+        Strategy("x", overlap="sometimes")
+
+
+def test_strategy_ordering_on_a_real_net():
+    """Overlap never loses to no overlap; prefetch never loses to serial."""
+    net = load_network("resnet50")
+    ph = Phases.synthetic(net, 32, gflops=5000)
+    cm = CommModel.from_bandwidth("ring", 5.0, 10.0)
+    t = {s.name: predict_iteration(net, ph, cm, s, 16).t_iter_us for s in PRESETS.values()}
+    assert t["wfbp"] <= t["prefetch"] <= t["serial"]
+    assert t["mxnet"] <= t["ps"]
+    assert t["cntk"] == pytest.approx(t["prefetch"])
+
+
+# ---- the predict command ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def phases_file(tmp_path):
+    path = tmp_path / "phases.json"
+    path.write_text(json.dumps(Phases.synthetic("alexnet", 64, gflops=2000).to_report()))
+    return path
+
+
+def test_cli_predict_json(tmp_path, phases_file):
+    out = tmp_path / "pred.json"
+    p = run_cli("predict", "--phases", str(phases_file), "--alpha", "5", "--bandwidth", "10",
+                "--workers", "1,2,4,8", "--strategy", "wfbp,cntk", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "speedup" in p.stdout and "Caffe" not in p.stdout and "cntk" in p.stdout
+    doc = json.loads(out.read_text())
+    assert doc["command"] == "predict" and len(doc["rows"]) == 8
+    rows = {(r["strategy"], r["workers"]): r for r in doc["rows"]}
+    assert rows[("wfbp", 1)]["speedup"] == pytest.approx(1.0)
+    assert rows[("wfbp", 8)]["efficiency"] == pytest.approx(rows[("wfbp", 8)]["speedup"] / 8)
+    assert rows[("cntk", 8)]["t_iter_us"] >= rows[("wfbp", 8)]["t_iter_us"]
+    assert doc["summary"]["comm_model"]["alpha_us"] == 5 and doc["summary"]["batch"] == 64
+    assert doc["summary"]["strategies"][0]["assumptions"]
+
+
+def test_cli_predict_from_fit_and_plots(tmp_path, phases_file, capsys):
+    pytest.importorskip("matplotlib")
+    fit = tmp_path / "ar.json"
+    fit.write_text(json.dumps({"summary": {"fit": {"ring": {"alpha_us": 5, "beta_us_per_byte": 1e-4}}}}))
+    pngs = [tmp_path / f"{k}.png" for k in ("s", "b", "t")]
+    code = main(["predict", "--phases", str(phases_file), "--from", str(fit), "--workers", "1,4,16",
+                 "--csv", str(tmp_path / "p.csv"), "--plot", str(pngs[0]), "--plot-breakdown", str(pngs[1]),
+                 "--plot-timeline", str(pngs[2]), "--plot-strategy", "caffe-mpi"])
+    assert code == 0, capsys.readouterr().err
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "p.csv").read_text().count("\n") == 1 + 3 * len(PRESETS)
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "give --phases FILE"),
+    (["--phases", "PH"], "no communication model"),
+    (["--phases", "PH", "--alpha", "1"], "one of --beta"),
+    (["--phases", "PH", "--beta", "1e-4"], "--alpha"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1e-4", "--bandwidth", "3"], "one of --beta"),
+    (["--phases", "PH", "--alpha", "-1", "--beta", "1e-4"], ">= 0"),
+    (["--phases", "PH", "--alpha", "1", "--bandwidth", "0"], "> 0"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--workers", "0,2"], "positive"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--workers", "a"], "integers"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--strategy", "nope"], "unknown strategy"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--net", "resnet50"], "measured on alexnet"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--algo", "butterfly"], "unknown algorithm"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--bucket", "12XB"], "unit"),
+    (["--phases", "PH", "--from", "FIT"], "no summary.fit"),
+    (["--phases", "PH", "--from", "FIT", "--alpha", "1"], "not both"),
+    (["--phases", "/nonexistent/p.json", "--alpha", "1", "--beta", "1"], "no such file"),
+    (["--phases", "BAD", "--alpha", "1", "--beta", "1"], "not valid JSON"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--json", "/nonexistent-dir/x.json"], "does not exist"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--plot-strategy", "wfbp"], "--plot-timeline"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--batch", "4"], "--batch goes without --phases"),
+])
+def test_cli_predict_bad_input_exit_2(tmp_path, phases_file, capsys, extra, message):
+    (tmp_path / "bad.json").write_text("{oops")
+    (tmp_path / "fit.json").write_text(json.dumps({"summary": {}}))
+    subs = {"PH": str(phases_file), "BAD": str(tmp_path / "bad.json"), "FIT": str(tmp_path / "fit.json")}
+    out = tmp_path / "never.json"
+    argv = ["predict", *[subs.get(a, a) for a in extra]]
+    if "--json" not in argv:
+        argv += ["--json", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not out.exists()
+
+
+def test_cli_predict_algo_names_a_library_fit(tmp_path, phases_file, capsys):
+    fit = tmp_path / "ar.json"
+    fit.write_text(json.dumps({"summary": {"fit": {"mpi": {"alpha_us": 5, "beta_us_per_byte": 1e-4},
+                                                   "ring": {"alpha_us": 9, "beta_us_per_byte": 1e-4}}}}))
+    out = tmp_path / "p.json"
+    assert main(["predict", "--phases", str(phases_file), "--from", str(fit), "--algo", "mpi",
+                 "--workers", "1,2", "--strategy", "wfbp", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["comm_model"]["alpha_us"] == 5 and doc["summary"]["comm_model"]["formula"] == "ring"
+    assert any("ring" in n for n in doc["notes"])
+    capsys.readouterr()
+
+
+def test_cli_predict_bad_input_subprocess(phases_file):
+    p = run_cli("predict", "--phases", str(phases_file))
+    assert p.returncode == 2 and "no communication model" in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_synthetic_phases_are_plausible():
+    ph = Phases.synthetic("resnet50", 64, gflops=10_000)
+    # 2 x 4.09 G x 64 / 10 TFLOP/s = 52 ms forward, backward twice that
+    assert ph.forward_us == pytest.approx(2 * 4.0892e9 * 64 / 1e13 * 1e6, rel=1e-3)
+    assert ph.backward_us == pytest.approx(2 * ph.forward_us)
+    assert math.isclose(sum(ph.layer_backward_us.values()), ph.backward_us)
+
+
+def test_measured_message_times_replace_the_comm_model():
+    from gdlbench.model import plan_messages
+
+    s = strat(overlap="wfbp", bucket_bytes=96)
+    plan = plan_messages(NET3, s)
+    assert plan == [{"layers": ["fc3", "fc2"], "indices": [2, 1], "bytes": 96},
+                    {"layers": ["fc1"], "indices": [0], "bytes": 64}]
+    p = predict_iteration(NET3, PH3, None, s, 2, message_costs_us=[10, 5])
+    assert [(m.start_us, m.end_us) for m in p.messages] == [(50, 60), (60, 65)]
+    assert p.t_iter_us == pytest.approx(2 + 30 + 65 + 3)
+    with pytest.raises(UsageError, match="2 messages"):
+        predict_iteration(NET3, PH3, None, s, 2, message_costs_us=[1, 2, 3])
+    with pytest.raises(UsageError, match="comm model is needed"):
+        predict_iteration(NET3, PH3, None, s, 2)
+    tf = strat(collective="ps", overlap="wfbp", ps_pull="after_push")
+    q = predict_iteration(NET3, PH3, None, tf, 2, message_costs_us=[1, 1, 1], pull_costs_us=[2, 2, 2])
+    assert q.t_iter_us == pytest.approx(2 + 30 + 61 + 3 + 6)
+
+
+def test_plot_functions_take_measured_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    from gdlbench import plots
+
+    spans = [{"lane": "forward", "name": "f", "start_us": 0, "end_us": 10},
+             {"lane": "backward", "name": "b", "start_us": 10, "end_us": 30},
+             {"lane": "comm", "name": "grad", "start_us": 12, "end_us": 35}]
+    assert plots.plot_spans(spans, tmp_path / "m.png", t_iter_us=36).stat().st_size > 1000
+    p = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp"), 2)
+    bars = [p, ("measured", {"forward": 31, "backward": 59, "comm": 40, "update": 3})]
+    assert plots.plot_breakdown(bars, tmp_path / "b.png").stat().st_size > 1000
+    with pytest.raises(UsageError, match="metric"):
+        plots.plot_scaling([{"strategy": "x", "workers": 1, "speedup": 1}], tmp_path / "s.png", metric="bogus")
+
+
+def test_fuzzed_phases_and_fits_fail_only_with_usage_errors():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True),
+                        st.text(max_size=4), st.sampled_from(list(("io", "forward", "backward", "comm", "ring"))))
+    json_values = st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+            ["phase", "layer", "time_us", "batch", "rows", "args", "summary", "fit", "alpha_us", "beta_us_per_byte",
+             "gamma_us_per_byte", "algo", "ring", "net", "env", "world_size"]), inner, max_size=4)), max_leaves=12)
+    row = st.fixed_dictionaries({"phase": st.one_of(st.sampled_from(["io", "forward", "backward"]), json_values),
+                                 "time_us": json_values}, optional={"layer": json_values, "batch": json_values})
+    doc = st.fixed_dictionaries({"rows": st.one_of(st.lists(row, max_size=4), json_values)},
+                                optional={"args": json_values, "summary": json_values, "env": json_values})
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.one_of(doc, json_values))
+    def check(d):
+        try:
+            Phases.from_dict(d)
+        except UsageError:
+            pass
+        try:
+            CommModel.from_dict(d)
+        except UsageError:
+            pass
+
+    check()
+
+
+@pytest.mark.mpi
+def test_cli_predict_under_mpiexec_prints_once(tmp_path, phases_file):
+    # env.collect() holds a collective: every rank must reach it, or rank 0 waits forever
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--phases", str(phases_file), "--alpha", "5", "--bandwidth", "6", "--workers", "1,4",
+                "--strategy", "wfbp", "--json", str(out), nranks=2, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("gdlbench predict: alexnet") == 1
+    assert json.loads(out.read_text())["env"]["world_size"] == 2
+
+
+def test_user_strategy_file(tmp_path):
+    path = tmp_path / "my-ddp.json"
+    path.write_text(json.dumps({"overlap": "wfbp", "bucket_bytes": 96, "assumptions": "mine"}))
+    (s,) = get_strategies(str(path))
+    assert (s.name, s.overlap, s.bucket_bytes, s.source) == ("my-ddp", "wfbp", 96, str(path))
+    assert predict_iteration(NET3, PH3, RING, s, 2).t_iter_us == pytest.approx(2 + 30 + 106 + 3)
+    for doc, message in (({"overlap": "wfbp", "bucket": 3}, "unknown field"), ({"io_prefetch": 1}, "wrong type"),
+                         ({"overlap": "later"}, "overlap"), ([1], "expected an object")):
+        path.write_text(json.dumps(doc))
+        with pytest.raises(UsageError, match=message):
+            get_strategies(str(path))
+    with pytest.raises(UsageError, match="no such file"):
+        get_strategies(str(tmp_path / "none.json"))
+
+
+def test_cli_predict_measures_the_phases_on_the_spot(tmp_path):
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    mlp = str(Path(__file__).parent / "data" / "mlp.json")
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--net", mlp, "--batch", "2", "--device", "cpu", "--workers", "1,4", "--alpha", "5",
+                "--bandwidth", "10", "--strategy", "serial", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["phases"]["source"].startswith("measured on the spot")
+    assert [r["workers"] for r in doc["rows"]] == [1, 4]

@@ -1,0 +1,300 @@
+"""Networks as data: exact parameter counts, multiply-adds against published figures, shape
+inference, the executor's layer_specs() contract, user nets, and bad specs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import run_cli
+
+from gdlbench.cli import main
+from gdlbench.errors import UsageError
+from gdlbench.network import _pool_out, builtin_nets, load_network
+
+PARAMS = {
+    "alexnet": 60_965_224, "googlenet": 6_998_552, "googlenet-aux": 13_378_280, "resnet50": 25_557_032,
+    "resnet101": 44_549_160, "resnet152": 60_192_808, "vgg16": 138_357_544,
+}
+# Published forward multiply-adds per image (sources in each net's spec "published.source").
+MACS = {"alexnet": 0.724e9, "resnet50": 4.09e9, "resnet101": 7.80e9, "resnet152": 11.51e9, "vgg16": 15.47e9}
+
+
+def test_every_builtin_is_listed():
+    assert set(builtin_nets()) == set(PARAMS)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_parameter_counts_are_exact(name):
+    net = load_network(name)
+    assert net.params == PARAMS[name] == net.published["params"]
+    assert sum(s["params"] for s in net.layer_specs()) == net.params
+
+
+@pytest.mark.parametrize("name", sorted(MACS))
+def test_multiply_adds_within_2_percent_of_published(name):
+    net = load_network(name)
+    assert abs(net.fwd_macs / MACS[name] - 1) < 0.02, net.fwd_macs
+
+
+def test_resnet50_is_about_4_1_gmacs():
+    assert abs(load_network("resnet50").fwd_macs / 4.1e9 - 1) < 0.02
+
+
+@pytest.mark.parametrize("name", ["googlenet", "googlenet-aux"])
+def test_googlenet_macs_in_the_published_range(name):
+    # Szegedy et al. give "around 1.5 billion"; the BVLC prototxt counts 1.58 G (conv + fc).
+    assert 1.5e9 <= load_network(name).fwd_macs <= 1.6e9
+
+
+def test_alexnet_shapes_and_groups():
+    net = load_network("alexnet")
+    assert net.input_shape == (3, 227, 227)
+    assert net.layer("conv1").out_shape == (96, 55, 55)
+    assert net.layer("pool1").out_shape == (96, 27, 27)
+    conv2 = net.layer("conv2")
+    assert conv2.param_shapes == ((256, 48, 5, 5), (256,)) and conv2.attrs["groups"] == 2
+    assert net.layer("pool5").out_shape == (256, 6, 6)
+    assert net.layer("fc6").param_shapes == ((4096, 9216), (4096,))
+    assert net.layer("conv1").fwd_macs == 96 * 3 * 11 * 11 * 55 * 55
+
+
+def test_googlenet_shapes():
+    net = load_network("googlenet-aux")
+    assert net.layer("pool1/3x3_s2").out_shape == (64, 56, 56)  # Caffe rounds up: 112 -> 56
+    assert net.layer("inception_3a/output").out_shape == (256, 28, 28)
+    assert net.layer("inception_4e/output").out_shape == (832, 14, 14)
+    assert net.layer("inception_5b/output").out_shape == (1024, 7, 7)
+    assert net.layer("loss1/ave_pool").out_shape == (512, 4, 4)
+    assert net.layer("loss2/ave_pool").out_shape == (528, 4, 4)
+    assert [lay.attrs["loss_weight"] for lay in net.layers if lay.type == "softmax_xent"] == [0.3, 0.3, 1.0]
+    assert len(net.layer("inception_3a/output").inputs) == 4
+
+
+def test_resnet50_shapes():
+    net = load_network("resnet50")
+    assert net.layer("maxpool").out_shape == (64, 56, 56)
+    assert net.layer("layer1.0.add").out_shape == (256, 56, 56)
+    assert net.layer("layer2.0.conv2").attrs["stride"] == [2, 2]  # torchvision v1.5: stride on the 3x3
+    assert net.layer("layer4.2.relu").out_shape == (2048, 7, 7)
+    assert net.layer("bn1").param_shapes == ((64,), (64,))
+    assert sum(1 for lay in net.layers if lay.type == "conv") == 53
+
+
+def test_caffe_ceil_mode_pooling():
+    assert _pool_out(112, 3, 2, 0, True) == 56 and _pool_out(112, 3, 2, 0, False) == 55
+    assert _pool_out(13, 3, 2, 0, True) == 6
+    # a last window that would start inside the padding is dropped (Caffe's rule)
+    assert _pool_out(5, 2, 2, 1, True) == 3
+    assert _pool_out(6, 3, 4, 1, True) == 2
+
+
+def test_layer_specs_contract():
+    net = load_network("googlenet")
+    specs = net.layer_specs()
+    json.dumps(specs)  # plain data
+    keys = {"name", "type", "inputs", "in_shapes", "out_shape", "attrs", "param_shapes", "params", "fwd_macs"}
+    for i, s in enumerate(specs):
+        assert set(s) == keys
+        assert all(-1 <= j < i for j in s["inputs"])  # topological, -1 = data
+        assert len(s["in_shapes"]) == len(s["inputs"])
+        for j, shape in zip(s["inputs"], s["in_shapes"], strict=True):
+            assert shape == (list(net.input_shape) if j < 0 else specs[j]["out_shape"])
+        assert s["params"] == sum(math.prod(p) for p in s["param_shapes"])
+        assert len(s["out_shape"]) == 3
+    assert specs[0]["inputs"] == [-1]
+    conv = specs[0]["attrs"]
+    assert conv == {"out_channels": 64, "kernel": [7, 7], "stride": [2, 2], "pad": [3, 3], "dilation": [1, 1],
+                    "groups": 1, "bias": True}
+
+
+def test_gradient_messages_in_backward_order():
+    net = load_network("alexnet")
+    msgs = net.gradient_messages()
+    assert [m.layer for m in msgs] == ["fc8", "fc7", "fc6", "conv5", "conv4", "conv3", "conv2", "conv1"]
+    assert msgs[0].bytes == 4_097_000 * 4
+    assert sum(m.bytes for m in msgs) == net.param_bytes() == 4 * 60_965_224
+    assert [m.index for m in msgs] == sorted((m.index for m in msgs), reverse=True)
+
+
+TINY = {
+    "name": "tiny", "input": [3, 8, 8],
+    "layers": [
+        {"name": "c1", "type": "conv", "out_channels": 4, "kernel": 3, "pad": 1},
+        {"name": "b1", "type": "bn"},
+        {"name": "r1", "type": "relu"},
+        {"name": "c2", "type": "conv", "inputs": ["data"], "out_channels": 2, "kernel": 1, "bias": False},
+        {"name": "cat", "type": "concat", "inputs": ["r1", "c2"]},
+        {"name": "p", "type": "avgpool", "kernel": 2},
+        {"name": "lrn", "type": "lrn"},
+        {"name": "d", "type": "dropout", "ratio": 0.25},
+        {"name": "fc", "type": "fc", "out_features": 5},
+        {"name": "loss", "type": "softmax_xent"},
+    ],
+}
+
+
+def test_user_json_net(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    net = load_network(str(path))
+    assert net.layer("cat").out_shape == (6, 8, 8)
+    assert net.layer("p").out_shape == (6, 4, 4) and net.layer("p").attrs["stride"] == [2, 2]
+    assert net.params == (4 * 3 * 9 + 4) + 8 + 2 * 3 + (96 * 5 + 5)
+    assert net.fwd_macs == 4 * 27 * 64 + 2 * 3 * 64 + 96 * 5
+    assert net.layer("loss").out_shape == (1, 1, 1)
+
+
+def test_user_python_net(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("def spec():\n    return " + repr(TINY).replace("True", "True") + "\n")
+    assert load_network(str(path)).params == load_network(TINY).params
+
+
+def test_cli_nets_lists_and_layers(tmp_path):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(TINY))
+    out = tmp_path / "layers.json"
+    p = run_cli("nets", "--net", str(path), "--layers", "--json", str(out), "--csv", str(tmp_path / "l.csv"))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert doc["command"] == "nets" and len(doc["rows"]) == len(TINY["layers"])
+    assert doc["rows"][4]["layer"] == "cat" and doc["rows"][4]["inputs"] == [2, 3]
+    assert (tmp_path / "l.csv").read_text().count("\n") == len(TINY["layers"]) + 1
+
+
+def test_cli_nets_table(capsys):
+    assert main(["nets"]) == 0
+    out = capsys.readouterr().out
+    for name in PARAMS:
+        assert name in out
+    assert "25,557,032" in out and "4.089" in out
+
+
+def _bad(**change) -> dict:
+    spec = json.loads(json.dumps(TINY))
+    layer = change.pop("layer", None)
+    if layer is not None:
+        spec["layers"][layer[0]] = layer[1]
+    spec.update(change)
+    return spec
+
+
+@pytest.mark.parametrize("spec, message", [
+    (_bad(layer=(1, {"name": "b1", "type": "batchnorm"})), "unknown type 'batchnorm'"),
+    (_bad(layer=(4, {"name": "cat", "type": "concat", "inputs": ["r1", "nope"]})), "input 'nope'"),
+    (_bad(layer=(4, {"name": "cat", "type": "concat", "inputs": ["r1", "p"]})), "comes later"),
+    (_bad(layer=(4, {"name": "cat", "type": "add", "inputs": ["r1", "c2"]})), "shape mismatch"),
+    (_bad(layer=(3, {"name": "c2", "type": "conv", "inputs": ["data"], "out_channels": 2, "kernel": 1,
+                     "stride": 2})), "shape mismatch"),
+    (_bad(layer=(0, {"name": "c1", "type": "conv", "out_channels": 4, "kernel": 9})), "does not fit"),
+    (_bad(layer=(0, {"name": "c1", "type": "conv", "out_channels": 4, "kernel": 3, "groups": 2})), "groups=2"),
+    (_bad(layer=(0, {"name": "c1", "type": "conv", "kernel": 3})), "needs attribute 'out_channels'"),
+    (_bad(layer=(0, {"name": "c1", "type": "conv", "out_channels": 4, "kernal": 3})), "unknown attribute"),
+    (_bad(layer=(0, {"name": "c1", "type": "conv", "out_channels": -4, "kernel": 3})), "out_channels"),
+    (_bad(layer=(0, {"name": "c1", "type": "conv", "out_channels": 4, "kernel": [3, 3, 3]})), "kernel"),
+    (_bad(layer=(2, {"name": "c1", "type": "relu"})), "duplicate name"),
+    (_bad(layer=(7, {"name": "d", "type": "dropout", "ratio": 1.5})), "ratio"),
+    (_bad(layer=(5, {"name": "p", "type": "maxpool", "kernel": 2, "pad": 2})), "pad"),
+    (_bad(layer=(4, {"name": "cat", "type": "concat", "inputs": ["r1"]})), "at least two inputs"),
+    (_bad(layer=(4, {"name": "cat", "type": "concat", "inputs": ["r1", ["c2"]]})), "list of layer names"),
+    (_bad(input=[3, 8]), "'input' must be"),
+    (_bad(layers=[]), "'layers'"),
+    (_bad(name=""), "'name'"),
+    (_bad(extra=1), "unknown key"),
+])
+def test_bad_specs_are_usage_errors(spec, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        load_network(spec)
+
+
+def test_bad_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        load_network(str(bad))
+    with pytest.raises(UsageError, match="no such file"):
+        load_network(str(tmp_path / "missing.json"))
+    with pytest.raises(UsageError, match="unknown network 'nosuchnet'"):
+        load_network("nosuchnet")
+    empty = tmp_path / "empty.py"
+    empty.write_text("X = 1\n")
+    with pytest.raises(UsageError, match="SPEC"):
+        load_network(str(empty))
+
+
+def test_cli_bad_net_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_bad(layer=(1, {"name": "b1", "type": "bogus"}))))
+    p = run_cli("nets", "--net", str(bad), "--layers")
+    assert p.returncode == 2 and "unknown type 'bogus'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_cli_layers_needs_net(capsys):
+    assert main(["nets", "--layers"]) == 2
+    assert "--layers needs --net" in capsys.readouterr().err
+
+
+def test_fuzzed_specs_fail_only_with_usage_errors():
+    """Whatever a user writes, loading either works or is a UsageError (never a traceback)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gdlbench.network import LAYER_TYPES
+
+    values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=True),
+                       st.text(max_size=3), st.lists(st.integers(-2, 9), max_size=3), st.dictionaries(
+                           st.text(max_size=2), st.integers(), max_size=2))
+    keys = st.sampled_from(["out_channels", "kernel", "stride", "pad", "dilation", "groups", "bias",
+                            "out_features", "ceil_mode", "size", "alpha", "ratio", "loss_weight", "bogus"])
+    layer = st.fixed_dictionaries(
+        {"name": st.text(min_size=1, max_size=3), "type": st.one_of(st.sampled_from(LAYER_TYPES), values)},
+        optional={"inputs": st.one_of(st.lists(st.sampled_from(["data", "a", "b", "c"]), max_size=3), values)},
+    ).flatmap(lambda d: st.dictionaries(keys, values, max_size=4).map(lambda extra: {**extra, **d}))
+    spec = st.fixed_dictionaries({"name": st.one_of(st.just("fuzz"), values),
+                                  "input": st.one_of(st.just([3, 16, 16]), values),
+                                  "layers": st.one_of(st.lists(layer, max_size=5), values)})
+
+    @settings(max_examples=150, deadline=None)
+    @given(spec)
+    def check(s):
+        try:
+            net = load_network(s)
+        except UsageError:
+            return
+        json.dumps(net.layer_specs())
+
+    check()
+
+
+def test_fuzzed_attribute_values_fail_only_with_usage_errors():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    values = st.one_of(st.none(), st.booleans(), st.integers(-3, 40), st.floats(allow_nan=True, allow_infinity=True),
+                       st.text(max_size=3), st.lists(st.integers(-2, 12), max_size=3), st.just([3, 3]))
+    keys = st.sampled_from(["out_channels", "kernel", "stride", "pad", "dilation", "groups", "bias", "out_features",
+                            "ceil_mode", "size", "alpha", "ratio", "inputs", "type", "name"])
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.integers(0, len(TINY["layers"]) - 1), keys, values)
+    def check(i, key, value):
+        spec = json.loads(json.dumps(TINY))
+        spec["layers"][i][key] = value
+        try:
+            net = load_network(spec)
+        except UsageError:
+            return
+        json.dumps(net.layer_specs())
+        assert all(min(lay.out_shape) >= 1 for lay in net.layers)
+
+    check()
+
+
+def test_comment_keys_are_ignored():
+    spec = json.loads(json.dumps(TINY))
+    spec["_comment"] = "a note"
+    spec["layers"][0]["#why"] = "the stem"
+    assert load_network(spec).params == load_network(TINY).params
