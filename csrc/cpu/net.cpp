@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "cpu/blas.h"
+#include "cpu/sgd.h"
 
 namespace gdl::cpu {
 namespace {
@@ -17,16 +17,6 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
-}
-
-// SGD with momentum and weight decay (PyTorch's convention): v = mu v + (g + wd w); w -= lr v.
-void sgd_step(float* w, const float* g, float* v, int64_t n, const SgdConfig& c) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float vi = c.momentum * v[i] + (g[i] + c.weight_decay * w[i]);
-    v[i] = vi;
-    w[i] -= c.lr * vi;
-  }
 }
 
 // Per-sample max over ranks, so a row is as slow as its slowest rank.
@@ -142,27 +132,12 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
     act_grad_.emplace_back(layer->out_count(), 0.f);
   }
   fill(act_grad_.back().data(), act_grad_.back().size(), 9);  // dL/dy of the last layer (ignored by a loss)
-  params_.resize(total_params);
+  params_ = initial_params(specs, total_params);
   grads_.assign(total_params, 0.f);
   momentum_.assign(total_params, 0.f);
-  fill(params_.data(), params_.size(), 5);
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
-    // He-like scale per weight tensor (values are uniform in [-1, 1]) keeps activations finite
-    // through deep stacks; 1-D tensors (biases, BN shift) small; BN scale near 1.
-    float* p = params_.data() + param_offset_[l];
-    const auto& shapes = specs[l].param_shapes;
-    for (std::size_t t = 0; t < shapes.size(); ++t) {
-      const int64_t n = numel(shapes[t]);
-      const bool bn_scale = specs[l].type == "bn" && t == 0;
-      const float scale = shapes[t].size() > 1 ? std::sqrt(6.0f / static_cast<float>(n / shapes[t][0])) : 0.1f;
-      for (int64_t i = 0; i < n; ++i) p[i] = (bn_scale ? 1.0f : 0.0f) + scale * p[i];
-      p += n;
-    }
+  for (std::size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->bind_params(params_.data() + param_offset_[l], grads_.data() + param_offset_[l]);
-  }
-  labels_.resize(batch);
-  const int64_t classes = std::max<int64_t>(1, numel(specs.back().in_shapes.at(0)));
-  for (int i = 0; i < batch; ++i) labels_[i] = static_cast<int32_t>((i * 7919) % classes);
+  labels_ = initial_labels(batch, numel(specs.back().in_shapes.at(0)));
   for (auto& layer : layers_) layer->set_labels(labels_.data());
 }
 
@@ -199,7 +174,9 @@ void Net::backward(const std::function<void(int)>& after_layer) {
   }
 }
 
-void Net::update(const SgdConfig& sgd) { sgd_step(params_.data(), grads_.data(), momentum_.data(), param_count(), sgd); }
+void Net::update(const SgdConfig& sgd) {
+  sgd_update(params_.data(), grads_.data(), momentum_.data(), param_count(), sgd.lr, sgd.momentum, sgd.weight_decay);
+}
 
 std::vector<std::vector<double>> Net::time_forward(const TimingPlan& plan) {
   forward();
@@ -242,17 +219,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
                                         bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
                                         IterationTrace* last_trace) {
   validate(plan);
-  int64_t covered = 0;
-  std::vector<std::vector<int>> ready_at(layers());  // messages that become ready after layer l
-  for (std::size_t i = 0; i < msgs.size(); ++i) {
-    const auto& m = msgs[i];
-    GDL_REQUIRE(m.offset >= 0 && m.count > 0 && m.offset + m.count <= param_count(), "message ", i,
-                " is outside the gradient buffer");
-    GDL_REQUIRE(m.ready_after >= 0 && m.ready_after < layers(), "message ", i, ": no layer ", m.ready_after);
-    ready_at[m.ready_after].push_back(static_cast<int>(i));
-    covered += m.count;
-  }
-  GDL_REQUIRE(covered == param_count(), "the messages cover ", covered, " of ", param_count(), " gradients");
+  const auto ready_at = messages_by_layer(msgs, param_count(), layers());
 
   CommThread comm_thread(msgs, allreduce, grads_.data());
   std::thread io_thread;

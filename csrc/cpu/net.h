@@ -9,32 +9,18 @@
 #include <string>
 #include <vector>
 
+#include "common/iteration.h"
 #include "common/timer.h"
 #include "cpu/layer.h"
 
 namespace gdl::cpu {
 
-// One gradient message: `count` floats of the flat gradient buffer from `offset`, sent once the
-// backward pass of layer `ready_after` (and of every layer after it) is done.
-struct Message {
-  int64_t offset = 0;
-  int64_t count = 0;
-  int ready_after = 0;
-};
+using gdl::IterationTrace;
+using gdl::Message;
+using gdl::SgdConfig;
 
 // Sends one message in place (sum over ranks); the executor calls it from its communication thread.
 using AllreduceFn = std::function<void(float* data, int64_t count)>;
-
-// Time stamps (us since the iteration's start) of one composed iteration, for the timeline.
-struct IterationTrace {
-  double io_wait_end = 0, h2d_end = 0, forward_end = 0, backward_end = 0, comm_end = 0, update_end = 0;
-  std::vector<double> layer_backward_end;  // per layer, in layer order
-  std::vector<double> message_start, message_end;  // per message, in plan order
-};
-
-struct SgdConfig {
-  float lr = 0.01f, momentum = 0.9f, weight_decay = 1e-4f;
-};
 
 class Net {
  public:

@@ -1,0 +1,78 @@
+// What the CPU and CUDA iteration executors share: the message plan, the SGD settings, the trace
+// of one composed iteration, and how parameters are initialised.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "common/fill.h"
+#include "common/layer_spec.h"
+
+namespace gdl {
+
+// One gradient message: `count` floats of the flat gradient buffer from `offset`, sent once the
+// backward pass of layer `ready_after` (and of every layer after it) is done.
+struct Message {
+  int64_t offset = 0;
+  int64_t count = 0;
+  int ready_after = 0;
+};
+
+struct SgdConfig {
+  float lr = 0.01f, momentum = 0.9f, weight_decay = 1e-4f;
+};
+
+// Time stamps (us since the iteration's start) of one composed iteration, for the timeline.
+struct IterationTrace {
+  double io_wait_end = 0, h2d_end = 0, forward_end = 0, backward_end = 0, comm_end = 0, update_end = 0;
+  std::vector<double> layer_backward_end;          // per layer, in layer order
+  std::vector<double> message_start, message_end;  // per message, in plan order
+};
+
+// Checks a message plan against the executor: every message inside the gradient buffer, its
+// ready layer a real one, every gradient covered. Returns the messages ready after each layer.
+inline std::vector<std::vector<int>> messages_by_layer(const std::vector<Message>& msgs, int64_t param_count,
+                                                       int layers) {
+  std::vector<std::vector<int>> ready_at(layers);
+  int64_t covered = 0;
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    const auto& m = msgs[i];
+    GDL_REQUIRE(m.offset >= 0 && m.count > 0 && m.offset + m.count <= param_count, "message ", i,
+                " is outside the gradient buffer");
+    GDL_REQUIRE(m.ready_after >= 0 && m.ready_after < layers, "message ", i, ": no layer ", m.ready_after);
+    ready_at[m.ready_after].push_back(static_cast<int>(i));
+    covered += m.count;
+  }
+  GDL_REQUIRE(covered == param_count, "the messages cover ", covered, " of ", param_count, " gradients");
+  return ready_at;
+}
+
+// Host values of every parameter, the same on both backends: test data (uniform in [-1, 1])
+// scaled He-like per weight tensor so activations stay finite through deep stacks; 1-D tensors
+// (biases, BN shift) small; BN scale near 1.
+inline std::vector<float> initial_params(const std::vector<LayerSpec>& specs, int64_t total) {
+  std::vector<float> p(total);
+  int64_t at = 0;
+  for (const auto& s : specs) {
+    for (std::size_t t = 0; t < s.param_shapes.size(); ++t) {
+      const auto& shape = s.param_shapes[t];
+      const int64_t n = numel(shape);
+      const bool bn_scale = s.type == "bn" && t == 0;
+      const float scale = shape.size() > 1 ? std::sqrt(6.0f / static_cast<float>(n / shape[0])) : 0.1f;
+      for (int64_t i = 0; i < n; ++i)
+        p[at + i] = (bn_scale ? 1.0f : 0.0f) + scale * fill_value(5, static_cast<uint64_t>(at + i));
+      at += n;
+    }
+  }
+  return p;
+}
+
+// Labels of the loss layer: batch int32 class indices.
+inline std::vector<int32_t> initial_labels(int batch, int64_t classes) {
+  std::vector<int32_t> l(batch);
+  for (int i = 0; i < batch; ++i) l[i] = static_cast<int32_t>((i * 7919) % std::max<int64_t>(1, classes));
+  return l;
+}
+
+}  // namespace gdl
