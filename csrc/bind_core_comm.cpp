@@ -36,7 +36,7 @@ void bind_comm(py::module_& m) {
       "comm_bench",
       [](py::object comm, const std::string& collective, const std::string& algo, std::size_t count,
          const std::string& dtype, const std::string& op, bool inplace, int root, int servers, int warmup, int iters,
-         int check_iters, double timeout_s) {
+         int check_iters, double timeout_s, std::size_t rotate_bytes) {
         comm::BenchSpec s;
         s.coll = comm::parse_collective(collective);
         s.algo = comm::parse_algo(algo);
@@ -50,6 +50,7 @@ void bind_comm(py::module_& m) {
         s.iters = iters;
         s.check_iters = check_iters;
         s.timeout_s = timeout_s;
+        s.rotate_bytes = rotate_bytes;
         MPI_Comm c = get_comm(comm);
         comm::BenchResult r;
         {
@@ -60,7 +61,7 @@ void bind_comm(py::module_& m) {
       },
       py::arg("comm"), py::arg("collective"), py::arg("algo"), py::arg("count"), py::arg("dtype"), py::arg("op"),
       py::arg("inplace"), py::arg("root") = 0, py::arg("servers") = 1, py::arg("warmup") = 5, py::arg("iters") = 20,
-      py::arg("check_iters") = 1, py::arg("timeout_s") = 0.0,
+      py::arg("check_iters") = 1, py::arg("timeout_s") = 0.0, py::arg("rotate_bytes") = 0,
       "Time one collective: per iteration an untimed MPI_Barrier, then the call on the host steady clock; "
       "returns (samples_us reduced with MAX over ranks, wrong elements summed over ranks or -1 without check).");
 

@@ -28,11 +28,17 @@ DTYPE_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 
 DEFAULT_TIMEOUT_S = 300.0
 
 REGION = {
-    "mpi": ("per iteration: an untimed MPI_Barrier, then one blocking MPI call (gdlbench's algorithms: "
-            "the whole point-to-point exchange and reductions; out of place they first copy the input "
-            "into the output buffer)"),
+    "mpi": "per iteration: an untimed MPI_Barrier, then one blocking MPI call",
     "nccl": "per iteration: an untimed MPI_Barrier, then one NCCL call and cudaStreamSynchronize",
 }
+REGION_OWN = ("per iteration: an untimed MPI_Barrier, then one blocking MPI call (gdlbench's algorithms: "
+              "the whole point-to-point exchange and reductions; out of place they first copy the input "
+              "into the output buffer)")
+
+
+def region(backend: str, algos: Iterable[str] = ("library",)) -> str:
+    """What the timed region holds, for the report."""
+    return REGION_OWN if backend == "mpi" and any(a != "library" for a in algos) else REGION[backend]
 CHECK_NOTE = ("#wrong: elements that differ from the exact result, summed over ranks and check "
               "iterations (separate, untimed; inputs are small integers, so every reduction is exact "
               "in every dtype)")
@@ -148,7 +154,8 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
     if algo not in ALGOS:
         raise UsageError(f"unknown algorithm {algo!r} ({', '.join(ALGOS)})")
     if algo != "library" and (collective != "allreduce" or backend != "mpi"):
-        raise UsageError(f"--algo {algo}: gdlbench's own algorithms are MPI all-reduces (use --algo library)")
+        raise UsageError(f"--algo {algo}: gdlbench's own algorithms are all-reduces on MPI "
+                         f"(add --backend mpi, or use --algo library)")
     if algo == "ps" and not 1 <= servers <= nranks:
         raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
     if collective == "broadcast" and not 0 <= root < nranks:
@@ -166,8 +173,10 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
             algo: str = "library", backend: str = "mpi", inplace: bool = False, *, iters: int = 20,
             warmup: int = 5, check: int = 1, servers: int = 1, root: int = 0,
-            timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> CollectiveResult:
-    """Time one row. Every rank of comm must call it with the same arguments."""
+            timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm=None) -> CollectiveResult:
+    """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
+    (MPI only): successive iterations use different buffers spread over that many bytes, as
+    nccl-tests does, so that sizes below the cache are not timed from cache."""
     comm = comm or MPI.COMM_WORLD
     nranks = comm.Get_size()
     op = op if collective in ("allreduce", "reduce_scatter") else None
@@ -180,8 +189,8 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
                                           check, timeout)
     else:
         samples, wrong = _core.comm_bench(comm, collective, algo, count, dtype, op or "sum", inplace, root, servers,
-                                          warmup, iters, check, timeout)
-    meas = Measurement(samples, "steady-clock", REGION[backend])
+                                          warmup, iters, check, timeout, int(rotate_bytes))
+    meas = Measurement(samples, "steady-clock", region(backend, (algo,)))
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
                             None if wrong < 0 else int(wrong), root if collective == "broadcast" else None,
                             servers if algo == "ps" else None)
@@ -313,6 +322,7 @@ class AlphaBetaFit:
     sizes_bytes: list[int] = field(default_factory=list)
     measured_us: list[float] = field(default_factory=list)
     group: dict = field(default_factory=dict)  # what the rows had in common (dtype, op, inplace)
+    fit_min_bytes: int = 0  # sizes below this were measured but not fitted
 
     def predict_us(self, size_bytes: float, nranks: int | None = None) -> float:
         a, b, g = model_coefficients(self.algo, nranks or self.nranks, self.servers)
@@ -339,7 +349,7 @@ class AlphaBetaFit:
             "algo": self.algo, **self.group, "nranks": self.nranks, "servers": self.servers if self.algo == "ps" else None,
             "formula": FIT_FORMULAS[self.algo], "alpha_us": self.alpha_us,
             "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
-            "gamma_source": self.gamma_source, "link_gbs": self.link_gbs,
+            "gamma_source": self.gamma_source, "link_gbs": self.link_gbs, "fit_min_bytes": self.fit_min_bytes,
             "median_rel_error": self.median_rel_error(),
             "median_rel_error_64k": self.median_rel_error(65536),
             "points": [{"size_bytes": m, "measured_us": t, "predicted_us": p, "rel_error": e}
@@ -350,14 +360,15 @@ class AlphaBetaFit:
 
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo: str, nranks: int, *,
                    servers: int = 1, gamma_us_per_byte: float | None = None,
-                   gamma_source: str | None = None) -> AlphaBetaFit:
+                   gamma_source: str | None = None, min_bytes: int = 0) -> AlphaBetaFit:
     """Least-squares fit of DESIGN.md section 3's cost formula for `algo` to a size sweep.
 
     The fit minimises the relative error (each point weighted by 1/t), so small latency-bound and
     large bandwidth-bound sizes count alike; alpha and beta are kept >= 0. Over one sweep at a fixed
     N, beta and gamma multiply the same m and cannot be told apart: give gamma_us_per_byte (e.g.
     reduction_gamma_us_per_byte(), a separate measurement) to hold it fixed, otherwise gamma is None
-    and beta carries the reduction too."""
+    and beta carries the reduction too. min_bytes: fit only the sizes >= min_bytes (e.g. 64 KiB, to
+    leave out the eager-protocol latency regime); the error is still reported for every size."""
     if algo not in FIT_ALGOS:
         raise UsageError(f"fit: unknown algorithm {algo!r} ({', '.join(FIT_ALGOS)})")
     m = np.asarray(sizes_bytes, dtype=np.float64)
@@ -372,9 +383,13 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
         raise UsageError("fit: sizes and times must be positive")
     a_c, b_c, g_c = model_coefficients(algo, nranks, servers)
     gamma = gamma_us_per_byte if (gamma_us_per_byte is not None and g_c > 0) else None
-    target = t - (m * g_c * gamma if gamma is not None else 0.0)
-    w = 1.0 / t
-    cols = np.column_stack([np.full_like(m, a_c), m * b_c])
+    used = m >= min_bytes
+    if np.unique(m[used]).size < 2:
+        raise UsageError(f"fit: needs at least two different sizes >= {min_bytes} bytes")
+    mu, tu = m[used], t[used]
+    target = tu - (mu * g_c * gamma if gamma is not None else 0.0)
+    w = 1.0 / tu
+    cols = np.column_stack([np.full_like(mu, a_c), mu * b_c])
 
     def solve(mask: list[bool]) -> np.ndarray:
         x = np.zeros(2)
@@ -392,23 +407,24 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
     return AlphaBetaFit(algo, nranks, float(x[0]), float(x[1]), gamma, servers,
                         gamma_source or ("given" if gamma is not None else
                                          "not separated: beta includes the reduction"),
-                        [int(v) for v in m], [float(v) for v in t])
+                        [int(v) for v in m], [float(v) for v in t], fit_min_bytes=int(min_bytes))
 
 
 def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float | None = None,
-                gamma_source: str | None = None) -> list[AlphaBetaFit]:
+                gamma_source: str | None = None, min_bytes: int = 0) -> list[AlphaBetaFit]:
     """One fit per (collective/algorithm, dtype, op, mode) group of rows that has >= 2 sizes."""
     groups: dict[tuple, list[CollectiveResult]] = {}
     for r in results:
         groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers), []).append(r)
     fits = []
     for (coll, algo, dtype, op, inplace, _servers), rows in groups.items():
-        if len({r.size_bytes for r in rows}) < 2:
+        if len({r.size_bytes for r in rows if r.size_bytes >= min_bytes}) < 2:
             continue
         name = algo if coll == "allreduce" else coll
         fit = fit_alpha_beta([r.size_bytes for r in rows], [r.time_us for r in rows], name,
                              rows[0].nranks, servers=rows[0].servers or 1,
-                             gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source)
+                             gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source,
+                             min_bytes=min_bytes)
         fit.group = {"collective": coll, "dtype": dtype, "op": op, "inplace": inplace}
         fits.append(fit)
     return fits

@@ -86,11 +86,12 @@ def test_every_op_exact(tmp_path, nranks):
 def test_library_collectives_exact(tmp_path, nranks, command):
     out = tmp_path / "c.json"
     extra = ["-r", str(nranks - 1)] if command == "broadcast" else []
-    p = run_cli(command, "-b", "8", "-e", "1M", "-f", "16", "-d", "all", "-n", "1", "-w", "0", "--json", str(out),
+    p = run_cli(command, "-b", "8", "-e", "1M", "-f", "16", "-d", "all", "-n", "2", "-w", "0", "--rotate", "2M",
+                "--json", str(out),
                 *extra, nranks=nranks)
     assert p.returncode == 0, p.stderr
     rows = _json_rows(out)
-    _all_correct(rows, 1)
+    _all_correct(rows, 2)
     factor = 1.0 if command == "broadcast" else (nranks - 1) / nranks
     for r in rows:
         assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * factor)
@@ -258,6 +259,7 @@ def test_bad_input_one_line_exit_2(argv, message):
     (["allreduce", "--algo", "ps", "--servers", "3"], "--servers"),  # 3 servers of 2 ranks
     (["broadcast", "--root", "2"], "--root"),
     (["allreduce", "-d", "int7"], "--dtype"),
+    (["allreduce", "--size", "900G"], "host memory"),
 ])
 def test_bad_input_under_mpiexec_is_the_same_on_every_rank(argv, message):
     p = run_cli(*argv, nranks=2, timeout=60)
@@ -310,3 +312,35 @@ def test_nccl_one_rank_exact(tmp_path, command):
     rows = _json_rows(out)
     _all_correct(rows, 5)
     assert {r["backend"] for r in rows} == {"nccl"}
+
+
+def test_fit_min_bytes_leaves_out_small_sizes():
+    sizes = [8, 64, 512, 65536, 2**20, 2**24]
+    a, b, _ = C.model_coefficients("ring", 2)
+    times = [50.0, 50.0, 50.0] + [a * 2.0 + m * b * 1e-3 for m in sizes[3:]]  # a latency floor below 64K
+    fit = C.fit_alpha_beta(sizes, times, "ring", 2, min_bytes=65536)
+    assert fit.median_rel_error(65536) < 1e-6 and fit.fit_min_bytes == 65536
+    assert len(fit.rel_errors()) == len(sizes)  # errors reported for every size
+    with pytest.raises(UsageError):
+        C.fit_alpha_beta(sizes, times, "ring", 2, min_bytes=2**25)
+
+
+def test_wrong_elements_fail_the_run(monkeypatch, capsys, tmp_path):
+    """A row with wrong elements: the table says FAILED, the JSON is still written, exit 1."""
+    from gdlbench import cli
+    from gdlbench.commands import allreduce as cmd
+
+    real = C.run_one
+
+    def corrupt(*args, **kwargs):
+        r = real(*args, **kwargs)
+        r.wrong = 5
+        return r
+
+    monkeypatch.setattr(cmd.C, "run_one", corrupt)
+    out = tmp_path / "w.json"
+    code = cli.main(["allreduce", "--size", "64", "-n", "2", "--json", str(out)])
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "FAILED" in captured.out and "wrong elements" in captured.err
+    assert all(r["wrong"] == 5 for r in json.loads(out.read_text())["rows"])

@@ -72,6 +72,8 @@ struct BenchSpec {
   int iters = 20;
   int check_iters = 1;         // separate, untimed, exact checks (0: none)
   double timeout_s = 0;        // > 0: abort the job when one call makes no progress this long
+  std::size_t rotate_bytes = 0;  // > 0: iterations cycle through buffers spread over this many
+                                 // bytes (as nccl-tests), so small sizes are not served from cache
 };
 
 struct BenchResult {

@@ -1,4 +1,5 @@
 // The timed loop and the exact checks for the MPI collectives.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -70,11 +71,21 @@ BenchResult bench(const BenchSpec& spec, MPI_Comm comm) {
     case Collective::broadcast: send_n = 0; break;
   }
   if (spec.inplace) send_n = 0;
+  // Rotation: `slots` copies of each buffer back to back; timed iteration i uses slot i % slots.
+  const std::size_t biggest = std::max(send_n, recv_n) * es;
+  const std::size_t slots =
+      spec.rotate_bytes > biggest && biggest > 0 ? std::min<std::size_t>(spec.rotate_bytes / biggest, 1 << 20) : 1;
   Buffers b;
-  b.send.resize(send_n * es);  // value-initialised: every page touched before timing
-  b.recv.resize(recv_n * es);
+  b.send.resize(send_n * es * slots);  // value-initialised: every page touched before timing
+  b.recv.resize(recv_n * es * slots);
   void* sp = b.send.data();
   void* rp = b.recv.data();
+  std::size_t slot = 0;
+  auto next_slot = [&] {
+    slot = (slot + 1) % slots;
+    sp = b.send.data() + slot * send_n * es;
+    rp = b.recv.data() + slot * recv_n * es;
+  };
 
   auto run_once = [&] {
     switch (spec.coll) {
@@ -90,12 +101,15 @@ BenchResult bench(const BenchSpec& spec, MPI_Comm comm) {
 
   Watchdog::Scope watchdog(spec.timeout_s, collective_name(spec.coll));
   BenchResult result;
-  fill_stable(sp, send_n, t, op);
-  fill_stable(rp, recv_n, t, op);
+  fill_stable(b.send.data(), send_n * slots, t, op);
+  fill_stable(b.recv.data(), recv_n * slots, t, op);
   result.samples_us = time_steady(TimingPlan{spec.warmup, spec.iters}, run_once, [&] {
+    next_slot();
     Watchdog::kick();
     MPI_Barrier(comm);
   });
+  slot = slots - 1;
+  next_slot();  // the checks use slot 0
   Watchdog::kick();
   MPI_Allreduce(MPI_IN_PLACE, result.samples_us.data(), static_cast<int>(result.samples_us.size()), MPI_DOUBLE,
                 MPI_MAX, comm);

@@ -58,11 +58,17 @@ def make(collective: str):
             p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
             p.add_argument("--fit", action="store_true",
                            help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
+            p.add_argument("--fit-min", default="0", metavar="BYTES",
+                           help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
+                                "regime); errors are printed for every size (default 0: fit all)")
         if collective == "broadcast":
             p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
         else:
             p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                            help="out-of-place, in-place or both (default both, as nccl-tests)")
+        p.add_argument("--rotate", default="0", metavar="BYTES",
+                       help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
+                            "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
         p.add_argument("--backend", default="auto", help="mpi or nccl (default: nccl on a GPU, mpi on the CPU)")
         p.add_argument("-T", "--timeout", type=float, default=C.DEFAULT_TIMEOUT_S,
                        help=f"abort the job when one collective makes no progress for this many seconds "
@@ -74,6 +80,7 @@ def make(collective: str):
         nranks = comm.Get_size()
         try:
             plan = _plan(collective, args, nranks)
+            _check_memory(collective, plan, nranks, comm)
         except UsageError as exc:  # argv and N are the same on every rank: all stop here, rank 0 says why
             if env.rank() == 0:
                 print(f"gdlbench {collective}: error: {exc}", file=sys.stderr, flush=True)
@@ -128,23 +135,26 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
             for algo in algos:
                 C.validate(collective, dtype, op, algo, backend, nranks, servers, root, args.iters, args.warmup,
                            args.check, args.timeout)
+    rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
-    if fit and len(set(sizes)) < 2:
-        raise UsageError("--fit needs a sweep of at least two sizes (e.g. -b 8 -e 64M -f 4)")
+    fit_min = 0
+    if fit and str(args.fit_min).strip() != "0":
+        fit_min = parse_size(args.fit_min, "--fit-min")
+    if fit and len({s for s in sizes if s >= fit_min}) < 2:
+        raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "modes": modes, "backend": backend,
-            "backend_why": why, "servers": servers, "root": root, "fit": fit, "json": json_out, "csv": csv_out}
+            "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min, "rotate": rotate, "json": json_out, "csv": csv_out}
 
 
 def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
     """Host buffers of the largest row times the ranks on this node must fit; rank 0 decides."""
     if plan["backend"] != "mpi":
         return
-    biggest = max(plan["sizes"]) * 8 // min(C.DTYPE_SIZE[d] for d in plan["dtypes"]) * max(
-        C.DTYPE_SIZE[d] for d in plan["dtypes"]) // 8
+    biggest = max(max(plan["sizes"]), plan["rotate"])  # bytes of one buffer (pool, when rotating)
     per_rank = {"allreduce": 3, "reduce_scatter": 2, "allgather": 2, "broadcast": 1}[collective] * biggest
     need = per_rank * env.local_ranks()
     available = None
@@ -196,7 +206,7 @@ def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
 def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     nranks = comm.Get_size()
     is_root = env.rank() == 0
-    _check_memory(collective, plan, nranks, comm)
+    env.local_ranks()  # collective (Split_type), cached: env.collect() on rank 0 alone must not call it first
     if plan["backend"] == "mpi":
         C._core.keep_freed_memory(1 << 30)
     combos = [(d, o, a) for d in plan["dtypes"] for o in plan["ops"] for a in plan["algos"]]
@@ -208,7 +218,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
             for mode in plan["modes"]:
                 r = C.run_one(collective, size, dtype, op, algo, plan["backend"], mode, iters=args.iters,
                               warmup=args.warmup, check=args.check, servers=plan["servers"], root=plan["root"],
-                              timeout=args.timeout, comm=comm)
+                              timeout=args.timeout, rotate_bytes=plan["rotate"], comm=comm)
                 results.append(r)
                 progress.step(f"{dtype} {op or ''} {algo} {r.size_bytes} B {'in' if mode else 'out'}: "
                               f"{r.time_us:.1f} us")
@@ -219,7 +229,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
         fits, gamma_note = _fit(results, plan, comm)
 
     wrong_rows = sum(1 for r in results if r.wrong)
-    region = C.REGION[plan["backend"]]
+    region = C.region(plan["backend"], plan["algos"])
     notes = [f"sizes: {SIZE_CONVENTION}"]
     if collective in ("reduce_scatter", "allgather"):
         notes.append("size = the total buffer (N blocks of count elements), as nccl-tests; count is per rank")
@@ -231,6 +241,9 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     if plan["backend"] == "mpi":
         notes.append("glibc keeps freed blocks up to 1 GiB (mallopt), so MPI's per-call temporary buffers "
                      "are not page-faulted in again on every call")
+    if plan["rotate"] and plan["backend"] == "mpi":
+        notes.append(f"buffers rotate over {format_bytes(plan['rotate'])} per row (--rotate): each iteration "
+                     "starts from memory, not from cache")
     if gamma_note:
         notes.append(gamma_note)
     report = Report(
@@ -268,10 +281,12 @@ def _fit(results, plan, comm):
         gamma_note = (f"gamma measured separately: local {dtype} {op} reduction of 16 MiB, "
                       f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
         fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],
-                             gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB")
-        fits += C.fit_results([r for r in results if not (r.dtype == dtype and r.op == plan["ops"][0])])
+                             gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
+                             min_bytes=plan["fit_min"])
+        fits += C.fit_results([r for r in results if not (r.dtype == dtype and r.op == plan["ops"][0])],
+                              min_bytes=plan["fit_min"])
     else:
-        fits = C.fit_results(results)
+        fits = C.fit_results(results, min_bytes=plan["fit_min"])
     return fits, gamma_note
 
 
@@ -312,7 +327,9 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
             Column("gamma (ns/B)", "gamma", "{:.5f}"), Column("median err %", "err", fmt_float(1)),
             Column("median err % (>= 64 KiB)", "err64", fmt_float(1)), Column("max err %", "max", fmt_float(1))]
     print_table("alpha-beta fit (least squares on relative error; DESIGN.md section 3 formulas)", cols, rows,
-                caption="; ".join(f"{a}: t = {C.FIT_FORMULAS[a]}" for a in dict.fromkeys(f.algo for f in fits)))
+                caption="; ".join([f"fitted on sizes >= {fits[0].fit_min_bytes} B" if fits[0].fit_min_bytes
+                                   else "fitted on every size"]
+                                  + [f"{a}: t = {C.FIT_FORMULAS[a]}" for a in dict.fromkeys(f.algo for f in fits)]))
     pts = []
     for f in fits:
         for m, t, p, e in zip(f.sizes_bytes, f.measured_us, f.predicted_us, f.rel_errors(), strict=True):
