@@ -64,6 +64,12 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
         const std::vector<float> g = n.grads();
         return py::array_t<float>(g.size(), g.data());
       }, "A copy of the flat gradient buffer.")
+      .def("params", [](const NetT& n) {
+        const std::vector<float> p = n.params();
+        return py::array_t<float>(p.size(), p.data());
+      }, "A copy of the flat parameter buffer.")
+      .def("output", [](const NetT& n) { return n.output0(); }, "The first output of the last layer (the loss).")
+      .def("set_param", &NetT::set_param, py::arg("index"), py::arg("value"))
       .def("time_forward", [](NetT& n, int warmup, int iters) {
         py::gil_scoped_release nogil;
         return n.time_forward(TimingPlan{warmup, iters});

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import env
-from ._native import MPI, _core
+from ._native import MPI, _core, require_cuda
 from .errors import UsageError
 from .measurement import Measurement
 from .model import Phases, Prediction, predict_iteration
@@ -183,13 +183,16 @@ class Iteration:
                  progress: Callable[[str], None] | None = None) -> None:
         self.net = load_network(net)
         self.device, self.device_why = env.resolve_device(device)
-        if self.device == "cuda":
-            raise UsageError("iteration: the GPU skeleton is not built yet; use --device cpu "
-                             "(the CUDA layers exist as single-layer benchmarks)")
         self.batch = batch if batch is not None else default_batch(self.net.name, self.device)
         if self.batch < 1:
             raise UsageError(f"--batch must be >= 1, got {self.batch}")
         self.strategies = get_strategies(strategy) if isinstance(strategy, str) else list(strategy)
+        self.skipped: list[str] = []
+        if self.device == "cuda":  # the CUDA executor sends every message with NCCL's all-reduce
+            self.skipped = [s.name for s in self.strategies if s.collective == "ps"]
+            self.strategies = [s for s in self.strategies if s.collective != "ps"]
+            if not self.strategies:
+                raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
         if iters < 1 or warmup < 0:
             raise UsageError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
         self.iters, self.warmup = iters, warmup
@@ -215,7 +218,13 @@ class Iteration:
         _core.set_compute_threads(self.threads)
         specs = self.net.layer_specs()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
-        net = _core.Net(specs, self.batch)
+        if self.device == "cuda":
+            cuda = require_cuda()
+            net = cuda.Net(specs, self.batch)
+            clock = "cuda-events"
+        else:
+            net = _core.Net(specs, self.batch)
+            clock = "steady-clock"
         plan = dict(warmup=self.warmup, iters=self.iters)
         self.progress("forward, layer by layer")
         fwd = net.time_forward(**plan)
@@ -224,24 +233,28 @@ class Iteration:
         layers = []
         for spec, f, b in zip(specs, fwd, bwd, strict=True):
             layers.append({"name": spec["name"], "type": spec["type"], "params": spec["params"],
-                           "forward": Measurement(f, "steady-clock", "the layer's forward alone"),
-                           "backward": Measurement(b, "steady-clock", "the layer's backward (weights + data) alone")})
+                           "forward": Measurement(f, clock, "the layer's forward alone"),
+                           "backward": Measurement(b, clock, "the layer's backward (weights + data) alone")})
         phases: dict[str, Measurement] = {}
         reader, io_meas = self._io_reader()
         io_fn = reader.read_next if reader else None
         if io_meas is not None:
             phases["io"] = io_meas
-        phases["h2d"] = Measurement(net.time_h2d(**plan), "steady-clock", "memcpy of the batch into the input buffer (CPU stand-in for H2D)")
-        phases["forward"] = _sum_of_layers([la["forward"] for la in layers], "sum over layers of each layer's forward")
-        phases["backward"] = _sum_of_layers([la["backward"] for la in layers], "sum over layers of each layer's backward")
-        phases["update"] = Measurement(net.time_update(**plan), "steady-clock", "SGD with momentum over all parameters")
+        h2d = ("cudaMemcpyAsync of the batch from pinned host memory" if self.device == "cuda"
+               else "memcpy of the batch into the input buffer (CPU stand-in for H2D)")
+        phases["h2d"] = Measurement(net.time_h2d(**plan), clock, h2d)
+        phases["forward"] = _sum_of_layers([la["forward"] for la in layers], clock, "sum over layers of each layer's forward")
+        phases["backward"] = _sum_of_layers([la["backward"] for la in layers], clock, "sum over layers of each layer's backward")
+        phases["update"] = Measurement(net.time_update(**plan), clock, "SGD with momentum over all parameters")
         result = IterationResult(self.net.name, self.batch, self.device, self.comm.Get_size(), self.threads, layers, phases)
         model_phases = result.phases_model()
         for strategy in self.strategies:
             mplan = plan_messages(self.net, strategy, net.layer_param_offset)
             algo, servers = executed_algo(strategy, self.comm.Get_size())
+            if self.device == "cuda":
+                algo = "library"  # ncclAllReduce
             self.progress(f"{strategy.name}: {len(mplan.messages)} messages alone, then the composed iteration")
-            msg = [Measurement(s, "steady-clock", "one message alone, max over ranks")
+            msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
                    for s in net.time_messages(mplan.messages, algo, servers, self.comm, **plan)]
             samples, trace = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
                                                 io_fn, strategy.io_prefetch, **plan)
@@ -255,7 +268,7 @@ class Iteration:
         return result
 
 
-def _sum_of_layers(ms: list[Measurement], region: str) -> Measurement:
+def _sum_of_layers(ms: list[Measurement], clock: str, region: str) -> Measurement:
     """Per-iteration sums of the layers' samples (sample i of every layer belongs to iteration i)."""
     samples = np.sum([m.samples_us for m in ms], axis=0)
-    return Measurement(samples.tolist(), "steady-clock", region)
+    return Measurement(samples.tolist(), clock, region)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, run_mpi
+from conftest import requires_gpu, run_cli, run_mpi
 
 from gdlbench import _core
 from gdlbench.iteration import Iteration, plan_messages
@@ -119,3 +119,60 @@ def test_iteration_with_io_prefetch(tmp_path):
     # without prefetch the iteration waits for the whole read; with it, only for what is left
     assert serial.trace["io_wait_end_us"] > 0
     assert prefetch.prediction.io_us <= serial.prediction.io_us
+
+
+CONVNET = str(Path(__file__).parent / "data" / "convnet.json")
+
+
+def test_convnet_gradients_match_finite_differences():
+    """The executor's backward through conv, bn, relu, a residual add, pooling, fc and the loss:
+    d(loss)/d(w) for the largest-gradient weight of each parametrised layer against a central
+    difference of the loss the forward computes."""
+    net = load_network(CONVNET)
+    specs = net.layer_specs()
+    exe = _core.Net(specs, 2)
+    exe.forward_backward()
+    grads = exe.grads()
+    assert np.isfinite(grads).all()
+    checked = 0
+    for i, spec in enumerate(specs):
+        if not spec["params"]:
+            continue
+        lo = exe.layer_param_offset(i)
+        j = lo + int(np.argmax(np.abs(grads[lo:lo + spec["params"]])))
+        w = float(exe.params()[j])
+        h = 1e-2 * max(1.0, abs(w))
+        losses = []
+        for v in (w + h, w - h):
+            exe.set_param(j, v)
+            exe.forward_backward()
+            losses.append(exe.output())
+        exe.set_param(j, w)
+        numeric = (losses[0] - losses[1]) / (2 * h)
+        assert numeric == pytest.approx(grads[j], rel=0.05, abs=1e-4), (spec["name"], numeric, grads[j])
+        checked += 1
+    assert checked == 5  # conv1, bn1, conv2, conv3, fc
+
+
+@requires_gpu
+@pytest.mark.parametrize("net_file", [MLP, CONVNET])
+def test_cuda_executor_gradients_match_the_cpu_executor(net_file):
+    from gdlbench._native import _cuda
+
+    net = load_network(net_file)
+    cpu = _core.Net(net.layer_specs(), 4)
+    gpu = _cuda.Net(net.layer_specs(), 4)
+    cpu.forward_backward()
+    gpu.forward_backward()
+    g_cpu, g_gpu = cpu.grads(), gpu.grads()
+    scale = np.abs(g_cpu).max()
+    assert np.abs(g_gpu - g_cpu).max() <= 1e-3 * scale, np.abs(g_gpu - g_cpu).max() / scale
+
+
+@requires_gpu
+def test_cuda_iteration_runs():
+    r = Iteration(CONVNET, batch=8, device="cuda", strategy="serial,wfbp,ps", iters=2, warmup=1, io=False).measure()
+    assert [run.strategy.name for run in r.runs] == ["serial", "wfbp"]
+    assert r.phases["forward"].clock == "cuda-events"
+    for run in r.runs:
+        assert run.composed.median > 0 and len(run.trace["message_end_us"]) == len(run.plan.messages)

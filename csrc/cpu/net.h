@@ -30,6 +30,9 @@ class Net {
   int64_t layer_param_offset(int l) const { return param_offset_.at(l); }
   int layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<float>& grads() const { return grads_; }
+  const std::vector<float>& params() const { return params_; }
+  float output0() const { return act_.back().at(0); }  // the loss, when the last layer is one
+  void set_param(int64_t i, float v) { params_.at(i) = v; }
 
   // Phases in isolation: one sample vector per layer (forward; backward = params + data).
   std::vector<std::vector<double>> time_forward(const TimingPlan& plan);

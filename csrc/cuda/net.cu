@@ -141,6 +141,26 @@ std::vector<float> Net::grads() const {
   return h;
 }
 
+std::vector<float> Net::params() const {
+  std::vector<float> h(param_count_);
+  CUDA_CHECK(cudaStreamSynchronize(context().stream));
+  CUDA_CHECK(cudaMemcpy(h.data(), params_->data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+float Net::output0() const {
+  float v = 0.f;
+  CUDA_CHECK(cudaStreamSynchronize(context().stream));
+  CUDA_CHECK(cudaMemcpy(&v, act_.back()->data(), sizeof(float), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+void Net::set_param(int64_t i, float v) {
+  GDL_REQUIRE(i >= 0 && i < param_count_, "parameter ", i, " out of range");
+  CUDA_CHECK(cudaStreamSynchronize(context().stream));
+  CUDA_CHECK(cudaMemcpy(static_cast<float*>(params_->data()) + i, &v, sizeof(float), cudaMemcpyHostToDevice));
+}
+
 std::vector<std::vector<double>> Net::time_forward(const TimingPlan& plan) {
   forward();
   std::vector<std::vector<double>> out;

@@ -46,6 +46,9 @@ class Net {
   void update(const SgdConfig& sgd);
   void synchronize();
   std::vector<float> grads() const;  // copied to the host
+  std::vector<float> params() const;
+  float output0() const;              // the loss, when the last layer is one
+  void set_param(int64_t i, float v);
 
  private:
   void forward_layer(int l);

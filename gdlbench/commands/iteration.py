@@ -62,8 +62,9 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     console = stdout_console()
     console.print(f"gdlbench iteration: {r.net}, batch {r.batch} per worker, {r.world_size} worker(s), device "
                   f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
+    clock = "host steady clock" if r.device == "cpu" else "CUDA events (composed iteration: host steady clock)"
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
-                caption=f"clock: host steady clock; forward/backward = sum of each layer alone; "
+                caption=f"clock: {clock}; forward/backward = sum of each layer alone; "
                         f"{it.iters} iterations after {it.warmup} warm-up; multi-rank times are max over ranks")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
@@ -81,6 +82,9 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                 caption=f"error = (predicted - measured) / measured. {notes}. Parameter-server strategies run "
                         "each message as one push+pull call. Presets are stated assumptions (gdlbench.strategies), "
                         "not reproductions of the frameworks.")
+    if it.skipped:
+        console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
+                      markup=False)
     if r.world_size == 1:
         console.print("one worker: every message is a 1-rank all-reduce, so comm is ~0 and strategies differ "
                       "only in I/O prefetch; run under mpiexec -n N to see communication.", markup=False)
@@ -104,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_result(result, it)
     report = Report("iteration", vars(args) | {"net": result.net, "batch": result.batch, "device": result.device},
-                    env.collect(), {"clock": "steady-clock",
+                    env.collect(), {"clock": "steady-clock" if result.device == "cpu" else
+                                    "cuda-events (phases), steady-clock (messages, composed iteration)",
                                     "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
                                               "exposed comm + update", "rank_reduction": "max"},
                     rows=result.rows(),
