@@ -126,4 +126,6 @@ PYBIND11_MODULE(_cuda, m) {
       py::arg("a"), py::arg("b"), py::arg("c"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
       py::arg("trans_a"), py::arg("trans_b"), py::arg("warmup"), py::arg("iters"),
       "Time cuBLAS C = op(A) @ op(B) on row-major device buffers: one CUDA-event sample (us) per iteration.");
+
+  gdl::bind::bind_cuda_conv(m);
 }

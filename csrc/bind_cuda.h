@@ -7,4 +7,5 @@
 namespace gdl::bind {
 inline void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
 // Areas add their binding function here and call it from PYBIND11_MODULE(_cuda, ...).
+void bind_cuda_conv(pybind11::module_& m);  // bind_cuda_conv.cpp: cuDNN convolution timing and checks
 }  // namespace gdl::bind

@@ -350,10 +350,24 @@ def check_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic", 
                workspace_limit: int = 1 << 30) -> dict:
     """The three cuDNN passes, with inputs from cuda.fill, against the float64 reference of the same
     values regenerated on the host. dx starts at dx0 on the device: backward-data must accumulate."""
-    cuda = require_cuda()
-    got = cuda.conv_check(sh.geometry(), dtype, layout, mode, named or {}, workspace_limit)
+    got = run_cuda(sh, dtype, layout, mode, named, workspace_limit)
     inputs = check_inputs_layout(sh, layout)
-    return compare(sh, from_layout(sh, got, layout), inputs, dtype)
+    chk = compare(sh, from_layout(sh, got, layout), inputs, dtype)
+    chk["algos"] = got["algos"]
+    return chk
+
+
+def run_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic", named: dict | None = None,
+             workspace_limit: int = 1 << 30) -> dict:
+    """The cuDNN layer's three passes once on cuda.fill data: flat float32 y, dx (= dx0 + dL/dx), dw,
+    db in `layout`'s memory order, and the algorithms used."""
+    from .gemm import _decode
+
+    cuda = require_cuda()
+    raw = cuda.conv_check(sh.geometry(), dtype, layout, mode, named or {}, workspace_limit)
+    out = {key: _decode(np.asarray(raw[key]), dtype) for key in ("y", "dx", "dw", "db") if key in raw}
+    out["algos"] = dict(raw["algos"])
+    return out
 
 
 def check_inputs_layout(sh: ConvShape, layout: str) -> dict[str, np.ndarray]:

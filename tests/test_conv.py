@@ -229,12 +229,11 @@ def test_cuda_conv_matches_reference_and_cpu(dtype, layout):
 
 @requires_gpu
 def test_cuda_conv_agrees_with_cpu_backend():
-    from gdlbench._native import _cuda
-    from gdlbench.conv import from_layout
+    from gdlbench.conv import run_cuda
     for sh in GPU_SHAPES:
         inputs = check_inputs(sh)
         cpu = run_cpu(sh, inputs)
-        gpu = from_layout(sh, _cuda.conv_check(sh.geometry(), "float32", "nchw", "heuristic", {}, 1 << 30), "nchw")
+        gpu = run_cuda(sh, "float32", "nchw")
         for key in ("y", "dx", "dw"):
             np.testing.assert_allclose(np.asarray(gpu[key]).ravel(), np.asarray(cpu[key]).ravel(), rtol=1e-4,
                                        atol=1e-3)
