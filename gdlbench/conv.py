@@ -21,6 +21,9 @@ LAYOUTS = ("nchw", "nhwc")
 # are k/128 (exact in every dtype), so the reference is exact; accumulation order, the output's
 # rounding and, on the GPU, the transforms of FFT/Winograd algorithms count. Stated in every row.
 TOLERANCE = {"float32": 5e-5, "tf32": 2e-3, "float16": 5e-3, "bfloat16": 2e-2}
+# cuDNN's FFT and Winograd algorithms round transformed operands (to the dtype, or to TF32/fp16
+# inside the transform): wider bounds on the GPU, the same measure.
+CUDA_TOLERANCE = {"float32": 1e-4, "tf32": 5e-3, "float16": 1e-2, "bfloat16": 3e-2}
 # Seeds of the test data (common/fill.h); the host regenerates the device's inputs from them.
 SEED_X, SEED_W, SEED_B, SEED_DY, SEED_DX0 = 11, 5, 6, 7, 13
 CHECK_BATCH = 2  # samples in the untimed check: enough to cross the CPU's multi-sample GEMM path
@@ -189,7 +192,8 @@ def check_inputs(sh: ConvShape) -> dict[str, np.ndarray]:
     return out
 
 
-def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray], dtype: str) -> dict:
+def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray], dtype: str,
+            tolerance: float | None = None) -> dict:
     """Each pass against the float64 reference; errors relative to the same convolution of |inputs|.
     got["dx"] is expected to hold dx0 + dL/dx (backward-data accumulates)."""
     ref = reference(sh, inputs["x"], inputs["w"], inputs["dy"])
@@ -198,8 +202,8 @@ def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndar
     mag["y"] = mag["y"] + (np.abs(inputs["b"]).astype(np.float64)[None, :, None, None] if sh.bias else 0)
     ref["dx"] = ref["dx"] + inputs["dx0"]
     mag["dx"] = mag["dx"] + np.abs(inputs["dx0"])
-    tol = TOLERANCE[dtype]
-    per_pass, worst, wrong = {}, 0.0, 0
+    tol = TOLERANCE[dtype] if tolerance is None else tolerance
+    per_pass, wrong_per_pass, worst, wrong = {}, {}, 0.0, 0
     tiny = np.finfo(np.float64).tiny
     for key, pass_ in (("y", "fwd"), ("dx", "bwd-data"), ("dw", "bwd-filter"), ("db", "bwd-filter")):
         if key == "db" and not sh.bias:
@@ -208,9 +212,11 @@ def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndar
         e = float(err.max()) if err.size else 0.0
         per_pass[pass_] = max(per_pass.get(pass_, 0.0), e)
         worst = max(worst, e)
-        wrong += int((err > tol).sum())
-    return {"max_rel_error": worst, "per_pass": per_pass, "tolerance": tol, "wrong": wrong, "passed": wrong == 0,
-            "batch": sh.n}
+        bad = int((err > tol).sum())
+        wrong_per_pass[pass_] = wrong_per_pass.get(pass_, 0) + bad
+        wrong += bad
+    return {"max_rel_error": worst, "per_pass": per_pass, "wrong_per_pass": wrong_per_pass, "tolerance": tol,
+            "wrong": wrong, "passed": wrong == 0, "batch": sh.n}
 
 
 # --- the API ------------------------------------------------------------------------------------
@@ -279,9 +285,9 @@ def _conv_cpu(sh, passes, dtype, layout, algo, all_algos, iters, warmup, threads
 
 
 def _for_pass(chk: dict, pass_: str) -> dict:
-    e = chk["per_pass"].get(pass_, 0.0)
-    return {**chk, "max_rel_error": e, "passed": e <= chk["tolerance"], "wrong": int(e > chk["tolerance"])
-            if chk["wrong"] else 0}
+    """The check's figures for one pass (all three passes were checked in the same run)."""
+    wrong = chk["wrong_per_pass"].get(pass_, 0)
+    return {**chk, "max_rel_error": chk["per_pass"].get(pass_, 0.0), "wrong": wrong, "passed": wrong == 0}
 
 
 def run_cpu(sh: ConvShape, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -352,7 +358,7 @@ def check_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic", 
     values regenerated on the host. dx starts at dx0 on the device: backward-data must accumulate."""
     got = run_cuda(sh, dtype, layout, mode, named, workspace_limit)
     inputs = check_inputs_layout(sh, layout)
-    chk = compare(sh, from_layout(sh, got, layout), inputs, dtype)
+    chk = compare(sh, from_layout(sh, got, layout), inputs, dtype, CUDA_TOLERANCE[dtype])
     chk["algos"] = got["algos"]
     return chk
 

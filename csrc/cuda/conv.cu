@@ -224,7 +224,8 @@ void ConvLayer::choose_heuristic(ConvPass p) {
                 "-byte workspace");
     algo_[int(p)] = static_cast<int>(best->algo);
     ws_need_[int(p)] = best->memory;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(d, best->mathType));
+    // Strict float32 keeps FMA math: DEFAULT_MATH would allow TF32 on Ampere and newer.
+    if (!strict) CUDNN_CHECK(cudnnSetConvolutionMathType(d, best->mathType));
   };
   if (p == ConvPass::fwd) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -265,7 +266,7 @@ void ConvLayer::choose_by_search() {
     GDL_REQUIRE(best, "conv: no ", conv_pass_name(p), " algorithm ran within a ", ws_bytes, "-byte workspace");
     algo_[int(p)] = static_cast<int>(best->algo);
     ws_need_[int(p)] = best->memory;
-    CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_[int(p)], best->mathType));
+    if (!strict) CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_[int(p)], best->mathType));
   };
   {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
