@@ -330,7 +330,8 @@ def test_gpu_host_side_with_a_stand_in(monkeypatch, dtype, layout):
               algo="fwd:fft,bwd-data:ALGO_0,bwd-filter:ALGO_1", iters=2, warmup=0, bias=True)
     assert [r.algo for r in rs] == ["FFT", "ALGO_0", "ALGO_1"] and all(r.passed for r in rs)
     every = conv(2, 4, 6, 5, 6, 3, 2, device="cuda", dtype=dtype, layout=layout, all_algos=True, iters=2,
-                 warmup=0, check=False, passes="fwd")
+                 warmup=0, check=True, passes="fwd")
+    assert all(r.check is not None and r.passed for r in every)
     assert [r.algo for r in every] == ["IMPLICIT_GEMM", "FFT"]  # the unsupported one is left out
     with pytest.raises(gdlbench.UsageError, match="unknown algorithm"):
         conv(2, 4, 6, 5, 6, 3, 2, device="cuda", algo="NOPE")
