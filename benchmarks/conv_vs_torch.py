@@ -1,8 +1,8 @@
 """gdlbench's CPU convolution (im2col + OpenBLAS) against PyTorch's (oneDNN) on the 3x3 and 1x1
 layers of ResNet-50, forward, backward-data and backward-filter, same thread count, one process.
 
-Runs alternate (gdlbench then torch, torch then gdlbench in the next round) so that the machine's
-slow and fast phases hit both alike; each figure is the median of every sample of every round.
+Calls alternate one by one (gdlbench, torch, torch, gdlbench, ...) so that the machine's slow and
+fast phases hit both alike; each figure is the median of every sample of every round.
 Ratio = torch time / gdlbench time, i.e. gdlbench's speed as a fraction of torch's (goal for fwd:
 >= 0.5). The overall ratio weighs each layer by how often it occurs in ResNet-50 (total conv time).
 
@@ -102,16 +102,21 @@ def main() -> int:
             out.append((time.perf_counter() - t0) * 1e6)
         return out
 
+    # Paired samples: within a round, one gdlbench call and one torch call alternate (the order
+    # flips each time), so a slow phase of the machine lands on both alike.
     samples: dict[tuple[str, str, str], list[float]] = {}
     for rnd in range(args.rounds):
         for name, sh in shapes.items():
             bench = _core.LayerBench(sh.spec(name), sh.n)
             for pass_ in passes:
                 top = torch_op(sh, pass_)
-                runs = [("gdlbench", lambda b=bench, p=pass_: b.time(p, args.warmup, args.iters)),
-                        ("torch", lambda t=top: time_torch(t, args.warmup, args.iters))]
-                for who, fn in (runs if rnd % 2 == 0 else runs[::-1]):
-                    samples.setdefault((name, pass_, who), []).extend(fn())
+                bench.time(pass_, args.warmup, 1)
+                time_torch(top, args.warmup, 1)
+                for i in range(args.iters):
+                    order = ("gdlbench", "torch") if (i + rnd) % 2 == 0 else ("torch", "gdlbench")
+                    for who in order:
+                        got = bench.time(pass_, 0, 1) if who == "gdlbench" else time_torch(top, 0, 1)
+                        samples.setdefault((name, pass_, who), []).extend(got)
         print(f"round {rnd + 1}/{args.rounds} done (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
 
     med = {key: float(np.median(v)) for key, v in samples.items()}
