@@ -116,7 +116,10 @@ struct ConvRig {
     cuda::fill(dx->data(), nx, t, kSeedDx0);
     cuda::fill(params->data(), w_count, t, kSeedW);
     if (g.bias) cuda::fill(static_cast<char*>(params->data()) + w_count * es, g.k, t, kSeedB);
-    CUDA_CHECK(cudaMemset(grads->data(), 0, np * es));
+    // On the layer's stream: a plain cudaMemset runs on the legacy stream, which a non-blocking
+    // stream does not wait for.
+    CUDA_CHECK(cudaMemsetAsync(grads->data(), 0, np * es, cuda::context().stream));
+    CUDA_CHECK(cudaStreamSynchronize(cuda::context().stream));
     layer->bind_params(params->data(), grads->data(), es);
   }
 
