@@ -339,7 +339,11 @@ def _conv_cuda(sh, passes, dtype, layout, algo, workspace_limit, all_algos, iter
     if check:
         small = sh.with_batch(min(sh.n, CHECK_BATCH))
         if not all_algos:
-            chk = check_cuda(small, dtype, layout, mode, named, limit)
+            # The algorithms that were timed, not a new choice at the check's batch size.
+            try:
+                chk = check_cuda(small, dtype, layout, "named", {r.pass_: r.algo for r in results}, limit)
+            except ValueError:  # one of them does not support the small batch
+                chk = check_cuda(small, dtype, layout, mode, named, limit)
             for res in results:
                 res.check = _for_pass(chk, res.pass_)
         for res in results if all_algos else []:  # every algorithm that ran is checked on its own
