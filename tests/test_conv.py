@@ -4,6 +4,7 @@ lists, the result object and the CLI's contract."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -320,7 +321,7 @@ class _FakeCuda:
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_gpu_host_side_with_a_stand_in(monkeypatch, dtype, layout):
-    import gdlbench.conv as conv_mod
+    conv_mod = sys.modules["gdlbench.conv"]  # the attribute gdlbench.conv is the function
     monkeypatch.setattr(conv_mod, "require_cuda", lambda: _FakeCuda())
     monkeypatch.setattr(conv_mod.env, "resolve_device", lambda d: ("cuda", "stand-in"))
     sh = ConvShape(2, 4, 6, 5, 6, 3, 2, (2, 1), (1, 1), (1, 1), 2, True)
