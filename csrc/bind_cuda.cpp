@@ -138,4 +138,5 @@ PYBIND11_MODULE(_cuda, m) {
   gdl::bind::bind_cuda_nccl(m);
   gdl::bind::bind_cuda_layers(m);
   gdl::bind::bind_cuda_net(m);
+  gdl::bind::bind_cuda_conv(m);
 }

@@ -6,13 +6,15 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from ._native import cuda_status  # noqa: E402  (loads mpi4py.MPI, then the native modules)
+from .conv import ConvResult, ConvShape, conv  # noqa: E402
 from .errors import CheckFailed, UsageError  # noqa: E402
 from .gemm import GemmResult, gemm  # noqa: E402
+from .iteration import Iteration, IterationResult  # noqa: E402
 from .measurement import Measurement  # noqa: E402
 from .model import CommModel, Phases, Prediction, predict_iteration, predict_scaling  # noqa: E402
 from .network import Network, builtin_nets, load_network  # noqa: E402
 from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
 
-__all__ = ["PRESETS", "CheckFailed", "CommModel", "GemmResult", "Measurement", "Network", "Phases", "Prediction",
-           "Strategy", "UsageError", "__version__", "builtin_nets", "cuda_status", "gemm", "get_strategies",
-           "load_network", "predict_iteration", "predict_scaling"]
+__all__ = ["PRESETS", "CheckFailed", "CommModel", "ConvResult", "ConvShape", "GemmResult", "Iteration", "IterationResult", "Measurement", "Network",
+           "Phases", "Prediction", "Strategy", "UsageError", "__version__", "builtin_nets", "conv", "cuda_status",
+           "gemm", "get_strategies", "load_network", "predict_iteration", "predict_scaling"]

@@ -4,6 +4,7 @@ lists, the result object and the CLI's contract."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -229,12 +230,11 @@ def test_cuda_conv_matches_reference_and_cpu(dtype, layout):
 
 @requires_gpu
 def test_cuda_conv_agrees_with_cpu_backend():
-    from gdlbench._native import _cuda
-    from gdlbench.conv import from_layout
+    from gdlbench.conv import run_cuda
     for sh in GPU_SHAPES:
         inputs = check_inputs(sh)
         cpu = run_cpu(sh, inputs)
-        gpu = from_layout(sh, _cuda.conv_check(sh.geometry(), "float32", "nchw", "heuristic", {}, 1 << 30), "nchw")
+        gpu = run_cuda(sh, "float32", "nchw")
         for key in ("y", "dx", "dw"):
             np.testing.assert_allclose(np.asarray(gpu[key]).ravel(), np.asarray(cpu[key]).ravel(), rtol=1e-4,
                                        atol=1e-3)
@@ -257,3 +257,86 @@ def test_cuda_conv_named_algo_and_workspace_limit():
     assert [r.algo for r in rs] == ["IMPLICIT_GEMM", "ALGO_1", "ALGO_1"] and all(r.passed for r in rs)
     rs = conv(2, 16, 14, 14, 16, 3, 3, pad=1, device="cuda", algo="search", workspace_limit=0, iters=2, warmup=1)
     assert all(r.workspace_bytes == 0 for r in rs)
+
+
+# --- The host side of the GPU path, against a stand-in for _cuda that computes on the host --------
+
+class _FakeCuda:
+    """Plays _cuda.conv_check/conv_time: generates the inputs in the device's memory order (NHWC
+    tensors, KRSC filters when layout is nhwc), convolves in float64 and returns the dtype's bytes."""
+
+    @staticmethod
+    def conv_algo_names():
+        return {"fwd": ["IMPLICIT_GEMM", "FFT"], "bwd-data": ["ALGO_0", "ALGO_1"], "bwd-filter": ["ALGO_0", "ALGO_1"]}
+
+    @staticmethod
+    def _encode(a: np.ndarray, dtype: str) -> np.ndarray:
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        if dtype == "float16":
+            return a.astype(np.float16).view(np.uint8).ravel()
+        if dtype == "bfloat16":  # round to nearest even on the upper 16 bits
+            bits = a.view(np.uint32).astype(np.uint64)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            return bits.astype(np.uint16).view(np.uint8).ravel()
+        return a.view(np.uint8).ravel()
+
+    def conv_check(self, g, dtype, layout, mode, named, limit):
+        sh = ConvShape(g["n"], g["c"], g["h"], g["w"], g["k"], g["r"], g["s"], (g["stride_h"], g["stride_w"]),
+                       (g["pad_h"], g["pad_w"]), (g["dilation_h"], g["dilation_w"]), g["groups"], bool(g["bias"]))
+        nhwc = layout == "nhwc"
+
+        def gen(shape_nchw, seed, is_filter=False):
+            n, c, h, w = shape_nchw
+            a = np.empty((n, h, w, c) if nhwc else shape_nchw, dtype=np.float32)
+            _core.fill(a, seed)
+            return a.transpose(0, 3, 1, 2) if nhwc else a
+
+        x = gen((sh.n, sh.c, sh.h, sh.w), 11)
+        w = gen((sh.k, sh.c // sh.groups, sh.r, sh.s), 5)
+        dy = gen((sh.n, sh.k, sh.p, sh.q), 7)
+        dx0 = gen((sh.n, sh.c, sh.h, sh.w), 13)
+        b = np.empty(sh.k, dtype=np.float32)
+        _core.fill(b, 6)
+        ref = reference(sh, x, w, dy)
+        y = ref["y"] + (b[None, :, None, None] if sh.bias else 0)
+        out = {"y": y, "dx": ref["dx"] + dx0, "dw": ref["dw"]}
+        raw = {k: self._encode(v.transpose(0, 2, 3, 1) if nhwc else v, dtype) for k, v in out.items()}
+        if sh.bias:
+            raw["db"] = self._encode(ref["db"], dtype)
+        raw["algos"] = {"fwd": "IMPLICIT_GEMM", "bwd-data": "ALGO_1", "bwd-filter": "ALGO_1"}
+        return raw
+
+    def conv_time(self, g, dtype, layout, mode, named, limit, passes, all_algos, warmup, iters):
+        rows = []
+        for p in passes:
+            for algo in (self.conv_algo_names()[p] if all_algos else [named.get(p, "IMPLICIT_GEMM")]):
+                rows.append({"pass": p, "algo": algo, "workspace_bytes": 0, "samples_us": [1.0] * iters,
+                             "status": "ok"})
+            if all_algos:
+                rows.append({"pass": p, "algo": "WINOGRAD", "workspace_bytes": 0, "samples_us": [],
+                             "status": "not supported"})
+        return rows
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_host_side_with_a_stand_in(monkeypatch, dtype, layout):
+    conv_mod = sys.modules["gdlbench.conv"]  # the attribute gdlbench.conv is the function
+    monkeypatch.setattr(conv_mod, "require_cuda", lambda: _FakeCuda())
+    monkeypatch.setattr(conv_mod.env, "resolve_device", lambda d: ("cuda", "stand-in"))
+    sh = ConvShape(2, 4, 6, 5, 6, 3, 2, (2, 1), (1, 1), (1, 1), 2, True)
+    chk = conv_mod.check_cuda(sh, dtype, layout)
+    assert chk["passed"], chk
+    rs = conv(2, 4, 6, 5, 6, 3, 2, stride=(2, 1), pad=1, groups=2, device="cuda", dtype=dtype, layout=layout,
+              algo="fwd:fft,bwd-data:ALGO_0,bwd-filter:ALGO_1", iters=2, warmup=0, bias=True)
+    assert [r.algo for r in rs] == ["FFT", "ALGO_0", "ALGO_1"] and all(r.passed for r in rs)
+    every = conv(2, 4, 6, 5, 6, 3, 2, device="cuda", dtype=dtype, layout=layout, all_algos=True, iters=2,
+                 warmup=0, check=True, passes="fwd")
+    assert all(r.check is not None and r.passed for r in every)
+    assert [r.algo for r in every] == ["IMPLICIT_GEMM", "FFT"]  # the unsupported one is left out
+    with pytest.raises(gdlbench.UsageError, match="unknown algorithm"):
+        conv(2, 4, 6, 5, 6, 3, 2, device="cuda", algo="NOPE")
+    with pytest.raises(gdlbench.UsageError, match="names no algorithm"):
+        conv(2, 4, 6, 5, 6, 3, 2, device="cuda", algo="fwd:FFT")
+    with pytest.raises(gdlbench.UsageError, match="not available on cuda"):
+        conv(2, 4, 6, 5, 6, 3, 2, device="cuda", dtype="float64")

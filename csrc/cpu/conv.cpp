@@ -165,6 +165,8 @@ class ConvLayer : public Layer {
     nb_ = std::clamp<int64_t>((kTargetCols + pq - 1) / pq, 1, per_worker);
     const int64_t col_rows = g_.groups * g_.crs();
     nb_ = std::max<int64_t>(1, std::min(nb_, kMaxColFloats / std::max<int64_t>(1, col_rows * pq)));
+    const int64_t chunks = (per_worker + nb_ - 1) / nb_;
+    nb_ = (per_worker + chunks - 1) / chunks;  // equal chunks: 4 samples go 2+2, not 3+1
     // std::vector value-initialises: every page is written now, not in the first timed pass.
     // A 1x1 layer with one sample per chunk never needs columns.
     scratch_.clear();

@@ -1,7 +1,9 @@
 // The CUDA layer interface: the twin of cpu/layer.h on device pointers. Activations are in the
-// spec's dtype (attrs["dtype"]: 0 float32, 1 float16, 2 bfloat16 - see DType) and layout
-// (attrs["nhwc"] = 1 for channels-last); parameters and their gradients are float32 masters
-// unless a layer says otherwise. All work is queued on context().stream.
+// spec's dtype, attrs["dtype"]: 0 float32, 1 float16, 2 bfloat16 (this numbering, not DType's);
+// attrs["tf32"] = 1 asks float32 convolutions for TF32 math; attrs["nhwc"] = 1 for channels-last.
+// Layers that support only float32 NCHW refuse the rest. Parameters and their gradients are
+// float32 unless a layer says otherwise (cuDNN convolution keeps filters in the data type).
+// All work is queued on context().stream.
 #pragma once
 #include <cudnn.h>
 

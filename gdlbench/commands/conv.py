@@ -167,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
                f"{args.warmup} warm-up; TFLOP/s = 2·N·K·(C/g)·R·S·P·Q/t"
                + (f"; check: all passes vs float64 direct convolution at batch <= {chk['batch']}, "
                   f"max |out-ref|/ref(|in|) <= {chk['tolerance']:g}" if chk else "")
-               + "".join(f"; {k} {v / 1e3:.2f} ms (x count)" for k, v in sorted(summary.items())))
+               + "".join(f"; {k.removesuffix('_total_us')} total {v / 1e3:.2f} ms (layers x count)"
+                         for k, v in sorted(summary.items())))
     if is_root:
         print_table(f"gdlbench conv ({args.dtype}, {args.layout if device == 'cuda' else 'nchw'})", COLUMNS, rows,
                     caption=caption)
