@@ -323,10 +323,22 @@ class AlphaBetaFit:
     measured_us: list[float] = field(default_factory=list)
     group: dict = field(default_factory=dict)  # what the rows had in common (dtype, op, inplace)
     fit_min_bytes: int = 0  # sizes below this were measured but not fitted
+    # Piecewise regimes [(from_bytes, alpha, beta), ...], ascending: a size uses the last regime
+    # that starts at or below it; alpha_us/beta_us_per_byte are the largest regime's. Empty: one.
+    regimes: list[tuple[int, float, float]] = field(default_factory=list)
+
+    def params_for(self, size_bytes: float) -> tuple[float, float]:
+        """(alpha_us, beta_us_per_byte) of the regime that holds this size."""
+        a, b = self.alpha_us, self.beta_us_per_byte
+        for start, ra, rb in self.regimes:
+            if size_bytes >= start:
+                a, b = ra, rb
+        return a, b
 
     def predict_us(self, size_bytes: float, nranks: int | None = None) -> float:
         a, b, g = model_coefficients(self.algo, nranks or self.nranks, self.servers)
-        return a * self.alpha_us + size_bytes * (b * self.beta_us_per_byte + g * (self.gamma_us_per_byte or 0.0))
+        alpha, beta = self.params_for(size_bytes)
+        return a * alpha + size_bytes * (b * beta + g * (self.gamma_us_per_byte or 0.0))
 
     @property
     def predicted_us(self) -> list[float]:
@@ -350,6 +362,7 @@ class AlphaBetaFit:
             "formula": FIT_FORMULAS[self.algo], "alpha_us": self.alpha_us,
             "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
             "gamma_source": self.gamma_source, "link_gbs": self.link_gbs, "fit_min_bytes": self.fit_min_bytes,
+            "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes],
             "median_rel_error": self.median_rel_error(),
             "median_rel_error_64k": self.median_rel_error(65536),
             "points": [{"size_bytes": m, "measured_us": t, "predicted_us": p, "rel_error": e}
@@ -360,7 +373,7 @@ class AlphaBetaFit:
 
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo: str, nranks: int, *,
                    servers: int = 1, gamma_us_per_byte: float | None = None,
-                   gamma_source: str | None = None, min_bytes: int = 0) -> AlphaBetaFit:
+                   gamma_source: str | None = None, min_bytes: int = 0, regimes: int = 1) -> AlphaBetaFit:
     """Least-squares fit of DESIGN.md section 3's cost formula for `algo` to a size sweep.
 
     The fit minimises the relative error (each point weighted by 1/t), so small latency-bound and
@@ -368,9 +381,15 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
     N, beta and gamma multiply the same m and cannot be told apart: give gamma_us_per_byte (e.g.
     reduction_gamma_us_per_byte(), a separate measurement) to hold it fixed, otherwise gamma is None
     and beta carries the reduction too. min_bytes: fit only the sizes >= min_bytes (e.g. 64 KiB, to
-    leave out the eager-protocol latency regime); the error is still reported for every size."""
+    leave out the eager-protocol latency regime); the error is still reported for every size.
+    regimes=k: piecewise, one (alpha, beta) per range of consecutive sizes, the ranges chosen where
+    the total error is least (at least two sizes each). MPI libraries switch protocol and algorithm
+    with the size, and on one node the link is memory whose bandwidth drops once a message leaves
+    the caches: one line cannot follow every regime."""
     if algo not in FIT_ALGOS:
         raise UsageError(f"fit: unknown algorithm {algo!r} ({', '.join(FIT_ALGOS)})")
+    if not isinstance(regimes, int) or not 1 <= regimes <= 8:
+        raise UsageError(f"fit: regimes must be an integer from 1 to 8, got {regimes!r}")
     m = np.asarray(sizes_bytes, dtype=np.float64)
     t = np.asarray(times_us, dtype=np.float64)
     if m.shape != t.shape or m.ndim != 1:
@@ -388,30 +407,60 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
         raise UsageError(f"fit: needs at least two different sizes >= {min_bytes} bytes")
     mu, tu = m[used], t[used]
     target = tu - (mu * g_c * gamma if gamma is not None else 0.0)
-    w = 1.0 / tu
-    cols = np.column_stack([np.full_like(mu, a_c), mu * b_c])
 
-    def solve(mask: list[bool]) -> np.ndarray:
-        x = np.zeros(2)
-        idx = [i for i, keep in enumerate(mask) if keep]
-        sol, *_ = np.linalg.lstsq(cols[:, idx] * w[:, None], target * w, rcond=None)
-        x[idx] = sol
-        return x
+    def fit_line(sel: np.ndarray) -> tuple[np.ndarray, float]:
+        """(alpha, beta) over the selected points, and the sum of their squared relative errors."""
+        w = 1.0 / tu[sel]
+        cols = np.column_stack([np.full(int(sel.sum()), a_c), mu[sel] * b_c])
 
-    x = solve([True, True])
-    if x[0] < 0:
-        x = solve([False, True])
-    if x[1] < 0:
-        x = solve([True, False])
-    x = np.maximum(x, 0.0)
+        def solve(mask: list[bool]) -> np.ndarray:
+            x = np.zeros(2)
+            idx = [i for i, keep in enumerate(mask) if keep]
+            sol, *_ = np.linalg.lstsq(cols[:, idx] * w[:, None], target[sel] * w, rcond=None)
+            x[idx] = sol
+            return x
+
+        x = solve([True, True])
+        if x[0] < 0:
+            x = solve([False, True])
+        if x[1] < 0:
+            x = solve([True, False])
+        x = np.maximum(x, 0.0)
+        return x, float((((cols @ x) - target[sel]) * w) ** 2 @ np.ones(int(sel.sum())))
+
+    x, _ = fit_line(np.ones(mu.size, dtype=bool))
+    found: list[tuple[int, float, float]] = []
+    sizes = np.unique(mu)
+    k = min(regimes, sizes.size // 2)  # at least two sizes in every regime
+    if k > 1:
+        # Dynamic programming over the sorted sizes: the best split into k consecutive regimes.
+        n = sizes.size
+        cost = {}
+        for i in range(n):
+            for j in range(i + 2, n + 1):
+                sel = (mu >= sizes[i]) & (mu <= sizes[j - 1])
+                cost[i, j] = fit_line(sel)
+        best = {(0, 0): (0.0, [])}  # (regimes used, sizes covered) -> (error, cut points)
+        for r in range(1, k + 1):
+            for j in range(2 * r, n + 1):
+                options = [(best[r - 1, i][0] + cost[i, j][1], best[r - 1, i][1] + [i])
+                           for i in range(2 * (r - 1), j - 1) if (r - 1, i) in best]
+                if options:
+                    best[r, j] = min(options, key=lambda o: o[0])
+        cuts = best[k, n][1]
+        bounds = cuts + [n]
+        for r, start in enumerate(cuts):
+            line = cost[start, bounds[r + 1]][0]
+            found.append((0 if r == 0 else int(sizes[start]), float(line[0]), float(line[1])))
+        x = np.array(found[-1][1:])
     return AlphaBetaFit(algo, nranks, float(x[0]), float(x[1]), gamma, servers,
                         gamma_source or ("given" if gamma is not None else
                                          "not separated: beta includes the reduction"),
-                        [int(v) for v in m], [float(v) for v in t], fit_min_bytes=int(min_bytes))
+                        [int(v) for v in m], [float(v) for v in t], fit_min_bytes=int(min_bytes), regimes=found)
 
 
 def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float | None = None,
-                gamma_source: str | None = None, min_bytes: int = 0) -> list[AlphaBetaFit]:
+                gamma_source: str | None = None, min_bytes: int = 0, regimes: int = 1) -> list[AlphaBetaFit]:
     """One fit per (collective/algorithm, dtype, op, mode) group of rows that has >= 2 sizes."""
     groups: dict[tuple, list[CollectiveResult]] = {}
     for r in results:
@@ -424,7 +473,7 @@ def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float
         fit = fit_alpha_beta([r.size_bytes for r in rows], [r.time_us for r in rows], name,
                              rows[0].nranks, servers=rows[0].servers or 1,
                              gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source,
-                             min_bytes=min_bytes)
+                             min_bytes=min_bytes, regimes=regimes)
         fit.group = {"collective": coll, "dtype": dtype, "op": op, "inplace": inplace}
         fits.append(fit)
     return fits

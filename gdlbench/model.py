@@ -142,6 +142,17 @@ class CommModel:
     source: str = ""
     formula: str = ""
     note: str = ""
+    # Piecewise fits (AlphaBetaFit.regimes): ((from_bytes, alpha_us, beta_us_per_byte), ...),
+    # ascending; a message uses the last regime starting at or below its size. Empty: one regime.
+    regimes: tuple = ()
+
+    def params_for(self, m: float) -> tuple[float, float]:
+        """(alpha_us, beta_us_per_byte) for a message of m bytes."""
+        a, b = self.alpha_us, self.beta_us_per_byte
+        for start, ra, rb in self.regimes:
+            if m >= start:
+                a, b = ra, rb
+        return a, b
 
     def __post_init__(self) -> None:
         for name in ("alpha_us", "beta_us_per_byte", "gamma_us_per_byte"):
@@ -165,14 +176,15 @@ class CommModel:
         return cls(algo, alpha_us, 1e6 / (gbs * 1e9), gamma, source)
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
-        return comm_time_us(self.formula, m, n, self.alpha_us, self.beta_us_per_byte, self.gamma_us_per_byte,
-                            servers)
+        a, b = self.params_for(m)
+        return comm_time_us(self.formula, m, n, a, b, self.gamma_us_per_byte, servers)
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
-                "source": self.source, "note": self.note}
+                "source": self.source, "note": self.note,
+                "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes]}
 
     @classmethod
     def from_dict(cls, doc: Any, algo: str | None = None, source: str = "") -> CommModel:
@@ -182,6 +194,8 @@ class CommModel:
             fit = fit.to_dict()
 
         def get(name: str, default: float | None = None) -> float:
+            if default is not None and fit.get(name + "_us_per_byte", 0) is None:
+                return default  # e.g. gamma not separated from beta in the fit
             if name + "_us" in fit or name + "_us_per_byte" in fit:
                 return float(fit.get(name + "_us", fit.get(name + "_us_per_byte")))
             if name + "_s" in fit or name + "_s_per_byte" in fit:
@@ -191,9 +205,11 @@ class CommModel:
             return default
 
         try:
+            regimes = tuple((int(r["from_bytes"]), float(r["alpha_us"]), float(r["beta_us_per_byte"]))
+                            for r in fit.get("regimes") or [])
             return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
-                       source=source)
-        except (TypeError, ValueError) as exc:
+                       source=source, regimes=regimes)
+        except (TypeError, ValueError, KeyError) as exc:
             if isinstance(exc, UsageError):
                 raise
             raise UsageError(f"{source or 'communication fit'}: cannot read the fit: {exc}") from None
@@ -529,19 +545,16 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
         costs = [float(c) for c in message_costs_us]
         if strategy.collective == "ps" and strategy.ps_pull == "after_push":
             after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
-                                [ps_pull_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte) for m in sizes])
+                                [ps_pull_us(m, n, servers, *comm.params_for(m)) for m in sizes])
     elif strategy.collective == "ps":
         if strategy.ps_pull == "after_push":
-            costs = [ps_push_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
-                     for m in sizes]
-            after_push_pulls = [ps_pull_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte) for m in sizes]
+            costs = [ps_push_us(m, n, servers, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
+            after_push_pulls = [ps_pull_us(m, n, servers, *comm.params_for(m)) for m in sizes]
         else:
-            costs = [ps_us(m, n, servers, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
-                     for m in sizes]
+            costs = [ps_us(m, n, servers, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
     else:
         algo = strategy.algo or comm.formula
-        costs = [comm_time_us(algo, m, n, comm.alpha_us, comm.beta_us_per_byte, comm.gamma_us_per_byte)
-                 for m in sizes]
+        costs = [comm_time_us(algo, m, n, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
     spans = schedule(ready_b, costs)
     e_last = spans[-1][1] if spans else 0.0
     comm_end = max(t_b, e_last)  # from the start of backward

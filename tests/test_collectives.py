@@ -344,3 +344,27 @@ def test_wrong_elements_fail_the_run(monkeypatch, capsys, tmp_path):
     captured = capsys.readouterr()
     assert "FAILED" in captured.out and "wrong elements" in captured.err
     assert all(r["wrong"] == 5 for r in json.loads(out.read_text())["rows"])
+
+
+def test_piecewise_fit_recovers_each_regime_and_the_model_reads_it():
+    from gdlbench.collectives import fit_alpha_beta
+    from gdlbench.model import CommModel
+
+    sizes = [2**i for i in range(3, 27)]
+    # latency-bound, in-cache (fast link) and memory-bound (slow link) regimes, ring formula at N=2
+    truth = [(0, 3.0, 1e-4), (16384, 10.0, 1.2e-4), (8 * 2**20, 50.0, 3e-4)]
+
+    def t(m):
+        a, b = [(a, b) for start, a, b in truth if m >= start][-1]
+        return 2 * a + m * b  # ring, N = 2: 2(N-1) alpha + 2(N-1)/N m beta
+
+    fit = fit_alpha_beta(sizes, [t(m) for m in sizes], "ring", 2, regimes=3)
+    assert [r[0] for r in fit.regimes] == [0, 16384, 8 * 2**20]
+    for (_, a, b), (_, a2, b2) in zip(truth, fit.regimes, strict=True):
+        assert a2 == pytest.approx(a, rel=1e-6) and b2 == pytest.approx(b, rel=1e-6)
+    assert fit.median_rel_error(65536) < 1e-9
+    one_line = fit_alpha_beta(sizes, [t(m) for m in sizes], "ring", 2)
+    assert one_line.median_rel_error(65536) > 0.05  # one line cannot follow the knee
+    model = CommModel.from_dict(fit.to_dict())
+    for m in (64, 65536, 2**25):
+        assert model.predict_us(m, 2) == pytest.approx(fit.predict_us(m), rel=1e-9)

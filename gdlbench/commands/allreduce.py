@@ -58,6 +58,10 @@ def make(collective: str):
             p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
             p.add_argument("--fit", action="store_true",
                            help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
+            p.add_argument("--fit-regimes", type=int, default=4, metavar="K",
+                           help="piecewise fit: K ranges of sizes, each with its own alpha and beta, placed where "
+                                "the error is least (latency, eager/in-cache and memory-bound regimes; default 4; 1: one "
+                                "line for every size)")
             p.add_argument("--fit-min", default="0", metavar="BYTES",
                            help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
                                 "regime); errors are printed for every size (default 0: fit all)")
@@ -142,12 +146,15 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
         fit_min = parse_size(args.fit_min, "--fit-min")
     if fit and len({s for s in sizes if s >= fit_min}) < 2:
         raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
+    if fit and not 1 <= args.fit_regimes <= 8:
+        raise UsageError(f"--fit-regimes must be between 1 and 8, got {args.fit_regimes}")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "modes": modes, "backend": backend,
-            "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min, "rotate": rotate, "json": json_out, "csv": csv_out}
+            "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min,
+            "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "json": json_out, "csv": csv_out}
 
 
 def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
@@ -282,11 +289,11 @@ def _fit(results, plan, comm):
                       f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
         fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],
                              gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
-                             min_bytes=plan["fit_min"])
+                             min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])
         fits += C.fit_results([r for r in results if not (r.dtype == dtype and r.op == plan["ops"][0])],
-                              min_bytes=plan["fit_min"])
+                              min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])
     else:
-        fits = C.fit_results(results, min_bytes=plan["fit_min"])
+        fits = C.fit_results(results, min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])
     return fits, gamma_note
 
 
@@ -310,6 +317,13 @@ def _print(collective, args, plan, results, fits, report, nranks):
         _print_fits(fits)
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("M", 2**20), ("K", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
 def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
     rows = []
     for f in fits:
@@ -317,12 +331,18 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
         rows.append({"name": f.algo + (f"(P={f.servers})" if f.algo == "ps" else ""),
                      "type": f"{f.group.get('dtype')} {f.group.get('op') or ''} "
                              f"{'in' if f.group.get('inplace') else 'out'}",
+                     "regimes": "; ".join(f">= {_size(m0)}: a {a:.2f} us, {1e-3 / b if b else float('inf'):.2f} GB/s"
+                                          for m0, a, b in f.regimes[:-1]) or None,
+                     "knee": f.regimes[-1][0] if f.regimes else None,
                      "alpha": f.alpha_us, "beta": f.beta_us_per_byte * 1e3, "link": f.link_gbs,
                      "gamma": None if f.gamma_us_per_byte is None else f.gamma_us_per_byte * 1e3,
                      "err": 100 * d["median_rel_error"], "err64": None if d["median_rel_error_64k"] is None
                      else 100 * d["median_rel_error_64k"],
                      "max": 100 * max(f.rel_errors())})
-    cols = [Column("algo", "name"), Column("type", "type"), Column("alpha (us)", "alpha", fmt_float(3)),
+    cols = [Column("algo", "name"), Column("type", "type"),
+            *([Column("smaller regimes", "regimes"), Column("last regime from (B)", "knee")]
+              if any(f.regimes for f in fits) else []),
+            Column("alpha (us)", "alpha", fmt_float(3)),
             Column("beta (ns/B)", "beta", "{:.5f}"), Column("1/beta (GB/s)", "link", fmt_float(3)),
             Column("gamma (ns/B)", "gamma", "{:.5f}"), Column("median err %", "err", fmt_float(1)),
             Column("median err % (>= 64 KiB)", "err64", fmt_float(1)), Column("max err %", "max", fmt_float(1))]
