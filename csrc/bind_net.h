@@ -78,6 +78,14 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
         py::gil_scoped_release nogil;
         return n.time_backward(TimingPlan{warmup, iters});
       }, py::arg("warmup"), py::arg("iters"), "Per layer: backward (weights + data) samples (us).")
+      .def("time_forward_pass", [](NetT& n, int warmup, int iters) {
+        py::gil_scoped_release nogil;
+        return n.time_forward_pass(TimingPlan{warmup, iters});
+      }, py::arg("warmup"), py::arg("iters"), "The whole forward pass: samples (us).")
+      .def("time_backward_pass", [](NetT& n, int warmup, int iters) {
+        py::gil_scoped_release nogil;
+        return n.time_backward_pass(TimingPlan{warmup, iters});
+      }, py::arg("warmup"), py::arg("iters"), "The whole backward pass (activation gradients zeroed first): samples (us).")
       .def("time_update", [](NetT& n, int warmup, int iters, float lr, float momentum, float wd) {
         py::gil_scoped_release nogil;
         return n.time_update(TimingPlan{warmup, iters}, SgdConfig{lr, momentum, wd});

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
-import numpy as np
-
 from . import env
 from ._native import MPI, _core, require_cuda
 from .errors import UsageError
@@ -125,6 +123,7 @@ class IterationResult:
     layers: list[dict]
     phases: dict[str, Measurement]
     runs: list[StrategyRun] = field(default_factory=list)
+    overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
 
     def rows(self) -> list[dict]:
         """Phase rows, then per-layer rows, then per strategy its messages and composed iteration."""
@@ -153,7 +152,10 @@ class IterationResult:
                 "measured_us": {r.strategy.name: r.composed.median for r in self.runs},
                 "predicted_us": {r.strategy.name: r.predicted_us for r in self.runs},
                 "error_pct": {r.strategy.name: r.error_pct for r in self.runs},
-                "phases_us": {k: m.median for k, m in self.phases.items()}}
+                "phases_us": {k: m.median for k, m in self.phases.items()},
+                "forward_sum_of_layers_us": sum(la["forward"].median for la in self.layers),
+                "backward_sum_of_layers_us": sum(la["backward"].median for la in self.layers),
+                "overlap_efficiency": self.overlap_efficiency}
 
     def phases_model(self) -> Phases:
         """The isolated phases as the model reads them."""
@@ -163,7 +165,8 @@ class IterationResult:
                       update_us=p["update"].median,
                       layer_forward_us={la["name"]: la["forward"].median for la in self.layers},
                       layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
-                      net=self.net, workers=self.world_size, source="measured")
+                      net=self.net, workers=self.world_size, source="measured",
+                      overlap_efficiency=self.overlap_efficiency)
 
     def top_layers(self, n: int = 5) -> list[dict]:
         total = sum(la["forward"].median + la["backward"].median for la in self.layers) or 1.0
@@ -200,6 +203,14 @@ class Iteration:
         self.io, self.io_dir, self.io_threads = io, io_dir, io_threads
         self.comm = comm or MPI.COMM_WORLD
         self.progress = progress or (lambda _msg: None)
+
+    def overlap_efficiency(self) -> float:
+        """0 when this CPU's compute threads fill every core: the communication and the prefetched
+        I/O that a strategy overlaps with compute are then CPU work on the same cores, and hide
+        nothing. 1 on a GPU (NCCL, copy engines) or with idle cores left for them."""
+        if self.device == "cuda":
+            return 1.0
+        return 0.0 if env.local_ranks() * self.threads >= env.usable_cores() else 1.0
 
     def _io_reader(self):
         """(the loader the composed iteration calls, t_io measured alone), or (None, None)."""
@@ -243,10 +254,12 @@ class Iteration:
         h2d = ("cudaMemcpyAsync of the batch from pinned host memory" if self.device == "cuda"
                else "memcpy of the batch into the input buffer (CPU stand-in for H2D)")
         phases["h2d"] = Measurement(net.time_h2d(**plan), clock, h2d)
-        phases["forward"] = _sum_of_layers([la["forward"] for la in layers], clock, "sum over layers of each layer's forward")
-        phases["backward"] = _sum_of_layers([la["backward"] for la in layers], clock, "sum over layers of each layer's backward")
+        phases["forward"] = Measurement(net.time_forward_pass(**plan), clock, "the whole forward pass")
+        phases["backward"] = Measurement(net.time_backward_pass(**plan), clock,
+                                         "the whole backward pass (activation gradients zeroed first)")
         phases["update"] = Measurement(net.time_update(**plan), clock, "SGD with momentum over all parameters")
-        result = IterationResult(self.net.name, self.batch, self.device, self.comm.Get_size(), self.threads, layers, phases)
+        result = IterationResult(self.net.name, self.batch, self.device, self.comm.Get_size(), self.threads, layers,
+                                 phases, overlap_efficiency=self.overlap_efficiency())
         model_phases = result.phases_model()
         for strategy in self.strategies:
             mplan = plan_messages(self.net, strategy, net.layer_param_offset)
@@ -266,9 +279,3 @@ class Iteration:
         if reader:
             reader.close()
         return result
-
-
-def _sum_of_layers(ms: list[Measurement], clock: str, region: str) -> Measurement:
-    """Per-iteration sums of the layers' samples (sample i of every layer belongs to iteration i)."""
-    samples = np.sum([m.samples_us for m in ms], axis=0)
-    return Measurement(samples.tolist(), clock, region)

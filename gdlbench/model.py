@@ -290,10 +290,17 @@ class Phases:
     net: str | None = None
     workers: int = 1
     source: str = ""
+    # How much of the work overlapped with compute (WFBP communication, prefetched I/O) runs on
+    # resources of its own: 1 (a GPU's copy engines and NCCL, another machine's disks) hides it
+    # all; 0 (a CPU whose compute threads already fill every core) hides none of it, since the
+    # overlapped work then needs the same cores.
+    overlap_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
+        if not isinstance(self.overlap_efficiency, (int, float)) or not 0 <= self.overlap_efficiency <= 1:
+            raise UsageError(f"phases: overlap_efficiency must be in [0, 1], got {self.overlap_efficiency!r}")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
             _time(getattr(self, name), f"phases: {name}")
         if self.forward_us + self.backward_us <= 0:
@@ -334,11 +341,15 @@ class Phases:
                 totals[phase] = sum(per_layer.values())
         env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
         workers = env.get("world_size", summary.get("workers", 1))
+        eta = summary.get("overlap_efficiency", 1.0)
+        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 1:
+            raise UsageError(f"{source}: summary.overlap_efficiency must be a number in [0, 1], got {eta!r}")
         return cls(batch=batch, forward_us=totals["forward"], backward_us=totals["backward"],
                    io_us=totals.get("io", 0.0), h2d_us=totals.get("h2d", 0.0), update_us=totals.get("update", 0.0),
                    comm_us=totals.get("comm"), layer_forward_us=fwd, layer_backward_us=bwd,
                    net=args.get("net") if isinstance(args.get("net"), str) else None,
-                   workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source)
+                   workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source,
+                   overlap_efficiency=float(eta))
 
     @classmethod
     def load(cls, path: str | Path) -> Phases:
@@ -392,13 +403,15 @@ class Phases:
         rows += [{"layer": k, "phase": "forward", "time_us": v} for k, v in self.layer_forward_us.items()]
         rows += [{"layer": k, "phase": "backward", "time_us": v} for k, v in self.layer_backward_us.items()]
         return {"tool": "gdlbench", "command": "iteration", "args": {"net": self.net, "batch": self.batch},
-                "env": {"world_size": self.workers}, "summary": {"batch": self.batch, "source": self.source},
+                "env": {"world_size": self.workers}, "summary": {"batch": self.batch, "source": self.source,
+                                                                  "overlap_efficiency": self.overlap_efficiency},
                 "rows": rows}
 
     def to_dict(self) -> dict:
         return {"batch": self.batch, "io_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
                 "backward_us": self.backward_us, "update_us": self.update_us, "comm_us": self.comm_us,
                 "net": self.net, "workers": self.workers, "source": self.source,
+                "overlap_efficiency": self.overlap_efficiency,
                 "layers_with_times": {"forward": len(self.layer_forward_us), "backward": len(self.layer_backward_us)}}
 
 
@@ -557,14 +570,17 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
         costs = [comm_time_us(algo, m, n, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
     spans = schedule(ready_b, costs)
     e_last = spans[-1][1] if spans else 0.0
-    comm_end = max(t_b, e_last)  # from the start of backward
+    # Overlapped messages hide behind backward only as far as they run on resources of their own.
+    eta = phases.overlap_efficiency
+    overlapped = sum(costs) if strategy.overlap == "wfbp" else 0.0
+    comm_end = max(t_b, e_last, t_b + (1 - eta) * overlapped)  # from the start of backward
     pulls_total = sum(after_push_pulls)
     after_fwd = comm_end + t_u + pulls_total  # backward + exposed comm + update (+ pulls)
     comm_total = sum(costs) + pulls_total
     comm_exposed = comm_end - t_b + pulls_total
 
     compute_span = t_f + after_fwd  # what prefetched I/O overlaps with
-    io_exposed = max(0.0, t_io - compute_span) if strategy.io_prefetch else t_io
+    io_exposed = max((1 - eta) * t_io, t_io - compute_span) if strategy.io_prefetch else t_io
     t_iter = io_exposed + t_h2d + compute_span
 
     # Timeline from the start of the iteration.

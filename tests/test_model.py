@@ -451,3 +451,28 @@ def test_cli_predict_measures_the_phases_on_the_spot(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["summary"]["phases"]["source"].startswith("measured on the spot")
     assert [r["workers"] for r in doc["rows"]] == [1, 4]
+
+
+def test_overlap_efficiency_zero_hides_nothing():
+    """On a CPU whose cores the compute fills, overlapped messages and prefetched I/O are work on
+    the same cores: WFBP pays backward plus every message, prefetch pays the whole read."""
+    from dataclasses import replace
+
+    from gdlbench.model import CommModel, Phases, predict_iteration
+    from gdlbench.network import load_network
+    from gdlbench.strategies import get_strategies
+
+    net = load_network("alexnet")
+    base = Phases.synthetic(net, 8, gflops=100.0)
+    comm = CommModel("ring", 10.0, 1e-3)
+    wfbp, serial, prefetch = (get_strategies(n)[0] for n in ("wfbp", "serial", "prefetch"))
+    hidden = predict_iteration(net, base, comm, wfbp, 2)
+    shared = predict_iteration(net, replace(base, overlap_efficiency=0.0), comm, wfbp, 2)
+    t_c = sum(comm.predict_us(g.bytes, 2) for g in net.gradient_messages())
+    assert shared.comm_exposed_us == pytest.approx(t_c)
+    assert hidden.comm_exposed_us < shared.comm_exposed_us
+    pre = predict_iteration(net, replace(base, overlap_efficiency=0.0), comm, prefetch, 2)
+    ser = predict_iteration(net, replace(base, overlap_efficiency=0.0), comm, serial, 2)
+    assert pre.t_iter_us == pytest.approx(ser.t_iter_us)
+    with pytest.raises(UsageError):
+        replace(base, overlap_efficiency=1.5)

@@ -193,6 +193,15 @@ std::vector<std::vector<double>> Net::time_backward(const TimingPlan& plan) {
   return out;
 }
 
+std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
+  return time_steady(plan, [&] { forward(); });
+}
+
+std::vector<double> Net::time_backward_pass(const TimingPlan& plan) {
+  forward();
+  return time_steady(plan, [&] { backward(); });
+}
+
 std::vector<double> Net::time_update(const TimingPlan& plan, const SgdConfig& sgd) {
   return time_steady(plan, [&] { update(sgd); });
 }

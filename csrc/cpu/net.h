@@ -37,6 +37,10 @@ class Net {
   // Phases in isolation: one sample vector per layer (forward; backward = params + data).
   std::vector<std::vector<double>> time_forward(const TimingPlan& plan);
   std::vector<std::vector<double>> time_backward(const TimingPlan& plan);
+  // The whole forward pass, and the whole backward pass (zeroing included), as the composed
+  // iteration runs them: the layers share the caches there, which layers alone do not.
+  std::vector<double> time_forward_pass(const TimingPlan& plan);
+  std::vector<double> time_backward_pass(const TimingPlan& plan);
   std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
   std::vector<double> time_h2d(const TimingPlan& plan);  // memcpy of a batch into the input buffer
   // Each message of the plan sent alone, with a barrier before every sample; max over ranks.

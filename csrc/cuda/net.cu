@@ -177,6 +177,15 @@ std::vector<std::vector<double>> Net::time_backward(const TimingPlan& plan) {
   return out;
 }
 
+std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
+  return time_events(plan, context().stream, [&] { forward(); });
+}
+
+std::vector<double> Net::time_backward_pass(const TimingPlan& plan) {
+  forward();
+  return time_events(plan, context().stream, [&] { backward(); });
+}
+
 std::vector<double> Net::time_update(const TimingPlan& plan, const SgdConfig& sgd) {
   return time_events(plan, context().stream, [&] { update(sgd); });
 }

@@ -29,6 +29,8 @@ class Net {
   // Phases in isolation, CUDA events around each layer's kernels on the compute stream.
   std::vector<std::vector<double>> time_forward(const TimingPlan& plan);
   std::vector<std::vector<double>> time_backward(const TimingPlan& plan);
+  std::vector<double> time_forward_pass(const TimingPlan& plan);   // the whole pass, as composed
+  std::vector<double> time_backward_pass(const TimingPlan& plan);
   std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
   std::vector<double> time_h2d(const TimingPlan& plan);  // pinned host batch -> device input
   // Each message alone (NCCL, in place), barrier before each sample, max over ranks.

@@ -64,7 +64,7 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                   f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
     clock = "host steady clock" if r.device == "cpu" else "CUDA events (composed iteration: host steady clock)"
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
-                caption=f"clock: {clock}; forward/backward = sum of each layer alone; "
+                caption=f"clock: {clock}; forward/backward: the whole pass (the per-layer table: each layer alone); "
                         f"{it.iters} iterations after {it.warmup} warm-up; multi-rank times are max over ranks")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
@@ -82,6 +82,11 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                 caption=f"error = (predicted - measured) / measured. {notes}. Parameter-server strategies run "
                         "each message as one push+pull call. Presets are stated assumptions (gdlbench.strategies), "
                         "not reproductions of the frameworks.")
+    eta = r.overlap_efficiency
+    console.print(f"model: overlap efficiency {eta:g} ("
+                  + ("the compute threads fill every core, so communication and prefetched I/O overlapped with "
+                     "compute need the same cores and hide none of their time" if eta == 0 else
+                     "overlapped communication and I/O run on resources of their own") + ")", markup=False)
     if it.skipped:
         console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
                       markup=False)
