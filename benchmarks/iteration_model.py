@@ -45,7 +45,8 @@ def main() -> None:
     threads = "1" if args.ranks > 1 else "2"
 
     fit_json = out / "fit.json"
-    run(mpi + ["allreduce", "-b", "4K", "-e", "64M", "-f", "4", "--algo", "library,ring,rd,tree,ps",
+    # up to 256M: AlexNet sends a 151 MB gradient (fc6), beyond a 64M sweep
+    run(mpi + ["allreduce", "-b", "4K", "-e", "256M", "-f", "4", "--algo", "library,ring,rd,tree,ps",
                "--servers", "1", "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
     rows = []
     for net in args.nets.split(","):
