@@ -31,7 +31,7 @@ from .strategies import Strategy, get_strategies
 
 # Per-device batch defaults: on a 2-core CPU the command ends in about a minute; on a GPU the
 # per-GPU batches of the study (Shi, Wang and Chu): AlexNet 1024, GoogLeNet 128, ResNet-50 64.
-DEFAULT_BATCH = {"cpu": {"alexnet": 16, "googlenet": 4, "googlenet-aux": 4, "resnet50": 2},
+DEFAULT_BATCH = {"cpu": {"alexnet": 16, "googlenet": 8, "googlenet-aux": 8, "resnet50": 4},
                  "cuda": {"alexnet": 1024, "googlenet": 128, "googlenet-aux": 128, "resnet50": 64}}
 FALLBACK_BATCH = {"cpu": 2, "cuda": 32}
 
