@@ -10,6 +10,7 @@ import numpy as np
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
+from .hostmem import require_device, require_host
 from .measurement import Measurement
 
 CPU_DTYPES = ("float32", "float64")
@@ -62,22 +63,6 @@ def validate_shape(m: int, n: int, k: int) -> None:
             raise UsageError(f"gemm: {name}={v} exceeds the BLAS limit of 2^31-1")
 
 
-def _host_memory_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 2**62
-
-
-def _check_fits(nbytes: int, available: int, where: str) -> None:
-    if nbytes > available:
-        raise UsageError(f"gemm: needs {nbytes / 2**30:.1f} GiB of {where} memory, {available / 2**30:.1f} GiB available")
-
-
 def _op(x: np.ndarray, trans: bool) -> np.ndarray:
     return x.T if trans else x
 
@@ -128,7 +113,7 @@ def _gemm_cpu(m, n, k, dtype, iters, warmup, threads, check, trans_a, trans_b, s
         raise UsageError(f"gemm: dtype {dtype!r} is not available on cpu ({', '.join(CPU_DTYPES)})")
     np_dtype = _NUMPY_DTYPE[dtype]
     sa, sb = _shape_of(m, n, k, trans_a, trans_b)
-    _check_fits((m * k + k * n + m * n) * np.dtype(np_dtype).itemsize, _host_memory_available(), "host")
+    require_host((m * k + k * n + m * n) * np.dtype(np_dtype).itemsize, "gemm")
     a = np.empty(sa, dtype=np_dtype)
     b = np.empty(sb, dtype=np_dtype)
     _core.fill(a, seed)
@@ -222,8 +207,7 @@ def _gemm_cuda(m, n, k, dtype, iters, warmup, check, trans_a, trans_b, seed) -> 
     if dtype not in CUDA_DTYPES:
         raise UsageError(f"gemm: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")
     size = cuda.dtype_size(dtype)
-    free, _total = cuda.mem_get_info()
-    _check_fits((m * k + k * n + m * n) * size, free, "device")
+    require_device(cuda, (m * k + k * n + m * n) * size, "gemm")
     sa, sb = _shape_of(m, n, k, trans_a, trans_b)
     a = cuda.DeviceBuffer(m * k * size)
     b = cuda.DeviceBuffer(k * n * size)

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "common/fill.h"
@@ -67,6 +69,48 @@ inline std::vector<float> initial_params(const std::vector<LayerSpec>& specs, in
   }
   return p;
 }
+
+// Reads the next batch: io() on a thread of its own while the iteration computes (prefetch), or
+// in line. An error on the I/O thread comes back as an exception from wait(); the thread is joined
+// on every path (a joinable std::thread at destruction would terminate the process).
+class BatchLoader {
+ public:
+  BatchLoader(const std::function<void()>& io, bool prefetch) : io_(io), prefetch_(prefetch && io) {
+    if (prefetch_) start();  // the first batch, ahead of the first iteration
+  }
+  ~BatchLoader() {
+    if (thread_.joinable()) thread_.join();
+  }
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // This iteration's batch: waits for the prefetched one and starts the next, or reads in line.
+  void next() {
+    if (!io_) return;
+    if (!prefetch_) return io_();
+    wait();
+    start();
+  }
+  void wait() {
+    if (thread_.joinable()) thread_.join();
+    if (!error_.empty()) GDL_FAIL("data I/O failed: ", error_);
+  }
+
+ private:
+  void start() {
+    thread_ = std::thread([this] {
+      try {
+        io_();
+      } catch (const std::exception& e) {
+        error_ = e.what();
+      }
+    });
+  }
+  const std::function<void()>& io_;
+  bool prefetch_;
+  std::thread thread_;
+  std::string error_;
+};
 
 // Labels of the loss layer: batch int32 class indices.
 inline std::vector<int32_t> initial_labels(int batch, int64_t classes) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include "common/errors.h"
+#include "common/registry.h"
 
 namespace gdl::cpu {
 
@@ -23,28 +24,18 @@ int64_t Layer::param_count() const {
   return n;
 }
 
-static std::map<std::string, LayerFactory>& registry() {
-  static std::map<std::string, LayerFactory> r;  // function-local: safe during static init
-  return r;
-}
+using Layers = Registry<LayerFactory>;
 
-bool register_layer(const std::string& type, LayerFactory factory) {
-  registry()[type] = std::move(factory);
-  return true;
-}
+bool register_layer(const std::string& type, LayerFactory factory) { return Layers::instance().add(type, std::move(factory)); }
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
-  auto it = registry().find(spec.type);
-  GDL_REQUIRE(it != registry().end(), "layer ", spec.name, ": unknown type '", spec.type, "'");
+  const LayerFactory* make = Layers::instance().find(spec.type);
+  GDL_REQUIRE(make, "layer ", spec.name, ": unknown type '", spec.type, "'");
   GDL_REQUIRE(spec.batch >= 1, "layer ", spec.name, ": batch must be >= 1");
-  return it->second(spec);
+  return (*make)(spec);
 }
 
-std::vector<std::string> layer_types() {
-  std::vector<std::string> names;
-  for (const auto& kv : registry()) names.push_back(kv.first);
-  return names;
-}
+std::vector<std::string> layer_types() { return Layers::instance().names(); }
 
 void set_compute_threads(int n) { omp_set_num_threads(n); }
 int compute_threads() { return omp_get_max_threads(); }

@@ -231,44 +231,16 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
   const auto ready_at = messages_by_layer(msgs, param_count(), layers());
 
   CommThread comm_thread(msgs, allreduce, grads_.data());
-  std::thread io_thread;
-  std::string io_error;
-  struct JoinOnExit {  // an exception must not leave a joinable thread behind (std::terminate)
-    std::thread& t;
-    ~JoinOnExit() {
-      if (t.joinable()) t.join();
-    }
-  } join_on_exit{io_thread};
-  auto start_io = [&] {
-    io_thread = std::thread([&] {
-      try {
-        io();
-      } catch (const std::exception& e) {
-        io_error = e.what();
-      }
-    });
-  };
-  auto finish_io = [&] {
-    if (io_thread.joinable()) io_thread.join();
-    if (!io_error.empty()) GDL_FAIL("data I/O failed: ", io_error);
-  };
 
   std::vector<double> samples;
   IterationTrace trace;
-  if (io && prefetch) start_io();  // the first batch's read, ahead of the first iteration
+  BatchLoader loader(io, prefetch);
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
     MPI_Barrier(comm);  // untimed: every rank starts the iteration together
     const auto t0 = clock_type::now();
     comm_thread.begin_iteration(t0);
     trace.layer_backward_end.assign(layers(), 0.0);
-    if (io) {
-      if (prefetch) {
-        finish_io();  // this iteration's batch, read while the previous one computed
-        start_io();   // the next batch, read while this one computes
-      } else {
-        io();
-      }
-    }
+    loader.next();  // this iteration's batch (read while the previous one computed, when prefetching)
     trace.io_wait_end = us_since(t0);
     std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
     trace.h2d_end = us_since(t0);
@@ -288,7 +260,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     trace.update_end = us_since(t0);
     if (it >= plan.warmup) samples.push_back(trace.update_end);
   }
-  finish_io();
+  loader.wait();
   max_over_ranks(samples, comm);
   if (last_trace) {
     trace.message_start = comm_thread.starts();

@@ -1,5 +1,4 @@
-#include <map>
-
+#include "common/registry.h"
 #include "cuda/gemm.h"
 #include "cuda/layer.h"
 
@@ -30,26 +29,16 @@ void Layer::bind_params(void* params, void* grads, std::size_t elem_size) {
   }
 }
 
-static std::map<std::string, LayerFactory>& registry() {
-  static std::map<std::string, LayerFactory> r;
-  return r;
-}
+using Layers = Registry<LayerFactory>;
 
-bool register_layer(const std::string& type, LayerFactory factory) {
-  registry()[type] = std::move(factory);
-  return true;
-}
+bool register_layer(const std::string& type, LayerFactory factory) { return Layers::instance().add(type, std::move(factory)); }
 
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
-  auto it = registry().find(spec.type);
-  GDL_REQUIRE(it != registry().end(), "layer ", spec.name, ": no CUDA kernel for type '", spec.type, "'");
-  return it->second(spec);
+  const LayerFactory* make = Layers::instance().find(spec.type);
+  GDL_REQUIRE(make, "layer ", spec.name, ": no CUDA kernel for type '", spec.type, "'");
+  return (*make)(spec);
 }
 
-std::vector<std::string> layer_types() {
-  std::vector<std::string> names;
-  for (const auto& kv : registry()) names.push_back(kv.first);
-  return names;
-}
+std::vector<std::string> layer_types() { return Layers::instance().names(); }
 
 }  // namespace gdl::cuda

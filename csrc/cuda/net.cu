@@ -244,45 +244,17 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     CUDA_CHECK(cudaEventRecord(e_msg_end(i), comm_stream_));
   };
 
-  std::thread io_thread;
-  std::string io_error;
-  struct JoinOnExit {
-    std::thread& t;
-    ~JoinOnExit() {
-      if (t.joinable()) t.join();
-    }
-  } join_on_exit{io_thread};
-  auto start_io = [&] {
-    io_thread = std::thread([&] {
-      try {
-        io();
-      } catch (const std::exception& e) {
-        io_error = e.what();
-      }
-    });
-  };
-  auto finish_io = [&] {
-    if (io_thread.joinable()) io_thread.join();
-    if (!io_error.empty()) GDL_FAIL("data I/O failed: ", io_error);
-  };
 
   std::vector<double> samples;
   IterationTrace trace;
   double io_wait_us = 0;
-  if (io && prefetch) start_io();
+  BatchLoader loader(io, prefetch);
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
     CUDA_CHECK(cudaDeviceSynchronize());
     MPI_Barrier(comm);
     const auto t0 = clock_type::now();
     CUDA_CHECK(cudaEventRecord(e_start, s));
-    if (io) {
-      if (prefetch) {
-        finish_io();
-        start_io();
-      } else {
-        io();
-      }
-    }
+    loader.next();
     io_wait_us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaEventRecord(e_h2d, s));
@@ -303,7 +275,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     const double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     if (it >= plan.warmup) samples.push_back(us);
   }
-  finish_io();
+  loader.wait();
   max_over_ranks(samples, comm);
   if (last_trace) {
     CUDA_CHECK(cudaDeviceSynchronize());
