@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import MPIEXEC, mpi_env, requires_gpu, run_cli, run_mpi
+from conftest import GDLBENCH, MPIEXEC, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -217,8 +217,8 @@ def test_dead_or_hung_rank_ends_the_job(how):
 def test_launcher_mismatch_warns():
     env = mpi_env()
     env["PMI_SIZE"] = "4"  # a launcher said 4 processes, but this is a 1-rank world
-    p = subprocess.run([sys.executable, "-m", "gdlbench", "allreduce", "--size", "8", "-n", "2"],
-                       capture_output=True, text=True, timeout=60, env=env)
+    p = subprocess.run([str(GDLBENCH), "allreduce", "--size", "8", "-n", "2"],
+                       capture_output=True, text=True, timeout=60, env=env, cwd=NEUTRAL_CWD)
     assert p.returncode == 0, p.stderr
     assert "WARNING" in p.stderr and "PMI_SIZE=4" in p.stderr and "1 rank" in p.stderr
 

@@ -166,9 +166,9 @@ def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
     need = per_rank * env.local_ranks()
     available = None
     if env.rank() == 0:
-        from ..gemm import _host_memory_available
+        from ..hostmem import host_available
 
-        available = _host_memory_available()
+        available = host_available()
     available = comm.bcast(available, root=0)
     if need > available:
         raise UsageError(f"the largest row needs {format_bytes(need)} of host memory on this node "
