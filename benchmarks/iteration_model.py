@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gdlbench.strategies import get_strategies
+
 BIN = Path(sys.executable).parent
 SMALL_BATCH = {"alexnet": 8, "googlenet": 2, "resnet50": 1}
 
@@ -46,19 +48,28 @@ def main() -> None:
 
     fit_json = out / "fit.json"
     # up to 256M: AlexNet sends a 151 MB gradient (fc6), beyond a 64M sweep
+    # ps with P = N servers, as the parameter-server presets run it
     run(mpi + ["allreduce", "-b", "4K", "-e", "256M", "-f", "4", "--algo", "library,ring,rd,tree,ps",
-               "--servers", "1", "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
+               "--servers", str(args.ranks), "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
     rows = []
     for net in args.nets.split(","):
         it_json = out / f"iteration-{net}.json"
         run(mpi + ["iteration", "--net", net, "--batch", str(SMALL_BATCH.get(net, 2)), "--strategy", args.strategy,
                    "--iters", str(args.iters), "--warmup", "1", "--threads", threads, "--json", str(it_json)])
         it = json.loads(it_json.read_text())
-        pred_json = out / f"predict-{net}.json"
-        run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), "--from", str(fit_json),
-             "--workers", str(args.ranks), "--strategy", args.strategy, "--algo", "library",
-             "--json", str(pred_json)])  # the executor sends all-reduce messages with MPI_Allreduce
-        pred = {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"] if r.get("workers") == args.ranks}
+        # Each strategy priced with the fit of the algorithm the executor sends it with:
+        # MPI_Allreduce (library) for the all-reduce strategies, gdlbench's ps for the others.
+        strategies = get_strategies(args.strategy)
+        pred = {}
+        for algo, names in (("library", [s.name for s in strategies if s.collective != "ps"]),
+                            ("ps", [s.name for s in strategies if s.collective == "ps"])):
+            if not names:
+                continue
+            pred_json = out / f"predict-{net}-{algo}.json"
+            run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), "--from", str(fit_json),
+                 "--workers", str(args.ranks), "--strategy", ",".join(names), "--algo", algo,
+                 "--servers", str(args.ranks), "--json", str(pred_json)])
+            pred |= {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"] if r.get("workers") == args.ranks}
         for r in it["rows"]:
             if r["phase"] != "iteration":
                 continue

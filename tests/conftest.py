@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -12,8 +13,11 @@ import pytest
 
 import gdlbench
 
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-GDLBENCH = Path(sys.executable).parent / "gdlbench"
+_BIN = Path(sys.executable).parent
+# The venv's own launcher and console script; where gdlbench was installed without them (the GPU
+# machine's --target install), the mpiexec on PATH and `python -m gdlbench`.
+MPIEXEC = _BIN / "mpiexec" if (_BIN / "mpiexec").exists() else Path(shutil.which("mpiexec") or _BIN / "mpiexec")
+GDLBENCH_CMD = [str(_BIN / "gdlbench")] if (_BIN / "gdlbench").exists() else [sys.executable, "-m", "gdlbench"]
 # Subprocesses run outside the checkout, so that they import the installed gdlbench (with its
 # native modules), not the source folder.
 NEUTRAL_CWD = tempfile.gettempdir()
@@ -37,7 +41,7 @@ def run_mpi(nranks: int, *args: str, timeout: float = 180) -> subprocess.Complet
 
 def run_cli(*args: str, nranks: int = 0, timeout: float = 180) -> subprocess.CompletedProcess:
     """The gdlbench CLI as a user runs it: alone, or under mpiexec with nranks ranks."""
-    cli = [str(GDLBENCH), *args]
+    cli = [*GDLBENCH_CMD, *args]
     if nranks:
         return run_mpi(nranks, *cli, timeout=timeout)
     return subprocess.run(cli, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=NEUTRAL_CWD)

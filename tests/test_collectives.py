@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GDLBENCH, MPIEXEC, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
+from conftest import GDLBENCH_CMD, MPIEXEC, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -217,7 +217,7 @@ def test_dead_or_hung_rank_ends_the_job(how):
 def test_launcher_mismatch_warns():
     env = mpi_env()
     env["PMI_SIZE"] = "4"  # a launcher said 4 processes, but this is a 1-rank world
-    p = subprocess.run([str(GDLBENCH), "allreduce", "--size", "8", "-n", "2"],
+    p = subprocess.run([*GDLBENCH_CMD, "allreduce", "--size", "8", "-n", "2"],
                        capture_output=True, text=True, timeout=60, env=env, cwd=NEUTRAL_CWD)
     assert p.returncode == 0, p.stderr
     assert "WARNING" in p.stderr and "PMI_SIZE=4" in p.stderr and "1 rank" in p.stderr
