@@ -83,7 +83,9 @@ def normalise_algo_or_none(algo: str) -> str | None:
 def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None = None) -> CommModel:
     # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
     algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
-    if algo and normalise_algo_or_none(algo) == "ps":
+    if algo and normalise_algo_or_none(algo) == "ps" and not args.from_file:
+        # (with --from, `--algo ps` names the parameter-server fit, whose alpha and beta then price
+        # the ps strategies' push/pull formula)
         raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
     direct = [x for x in (args.alpha, args.beta, args.bandwidth, args.gamma) if x is not None]
     if args.from_file and direct:
