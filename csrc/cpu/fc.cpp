@@ -2,6 +2,7 @@
 // (Caffe's and PyTorch's layout). The input may be any per-sample shape (C, H, W); it is read
 // flat per sample, as Caffe's InnerProduct does.
 #include "common/errors.h"
+#include "common/fc.h"
 #include "cpu/blas.h"
 #include "cpu/layer.h"
 
@@ -11,16 +12,8 @@ namespace {
 class FcLayer : public Layer {
  public:
   explicit FcLayer(const LayerSpec& s) : Layer(s) {
-    in_ = numel(s.in_shapes.at(0));
-    out_ = static_cast<int64_t>(s.attr("out_features", static_cast<double>(numel(s.out_shape))));
-    bias_ = s.attr("bias", 1.0) != 0.0;
-    GDL_REQUIRE(s.in_shapes.size() == 1, "fc ", s.name, ": takes one input");
-    GDL_REQUIRE(out_ == numel(s.out_shape), "fc ", s.name, ": out_features ", out_, " but out_shape has ",
-                numel(s.out_shape), " elements");
-    GDL_REQUIRE(s.param_shapes.size() == (bias_ ? 2u : 1u), "fc ", s.name, ": param_shapes must be [out, in]",
-                bias_ ? " then [out]" : "");
-    GDL_REQUIRE(numel(s.param_shapes[0]) == out_ * in_, "fc ", s.name, ": weight must be [", out_, ", ", in_, "]");
-    if (bias_) GDL_REQUIRE(numel(s.param_shapes[1]) == out_, "fc ", s.name, ": bias must be [", out_, "]");
+    const FcGeom g = FcGeom::from_spec(s);
+    in_ = g.in, out_ = g.out, bias_ = g.bias;
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {

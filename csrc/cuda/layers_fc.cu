@@ -1,5 +1,6 @@
 // Fully connected layer through cuBLAS (twin of cpu/fc.cpp): y = x W^T + b, W [out, in] row-major.
 // Row-major products are issued as column-major ones with the operands swapped (see gemm.cu).
+#include "common/fc.h"
 #include "cuda/layer_util.h"
 
 namespace gdl::cuda {
@@ -20,16 +21,8 @@ class FcLayer : public Layer {
  public:
   explicit FcLayer(const LayerSpec& s) : Layer(s), ones_(std::size_t(s.batch) * sizeof(float)) {
     require_fp32_nchw(s);
-    in_ = numel(s.in_shapes.at(0));
-    out_ = static_cast<int64_t>(s.attr("out_features", static_cast<double>(numel(s.out_shape))));
-    bias_ = s.attr("bias", 1.0) != 0.0;
-    GDL_REQUIRE(s.in_shapes.size() == 1, "fc ", s.name, ": takes one input");
-    GDL_REQUIRE(out_ == numel(s.out_shape), "fc ", s.name, ": out_features ", out_, " but out_shape has ",
-                numel(s.out_shape), " elements");
-    GDL_REQUIRE(s.param_shapes.size() == (bias_ ? 2u : 1u), "fc ", s.name, ": param_shapes must be [out, in]",
-                bias_ ? " then [out]" : "");
-    GDL_REQUIRE(numel(s.param_shapes[0]) == out_ * in_, "fc ", s.name, ": weight must be [", out_, ", ", in_, "]");
-    if (bias_) GDL_REQUIRE(numel(s.param_shapes[1]) == out_, "fc ", s.name, ": bias must be [", out_, "]");
+    const FcGeom g = FcGeom::from_spec(s);
+    in_ = g.in, out_ = g.out, bias_ = g.bias;
     GDL_REQUIRE(in_ < (int64_t(1) << 31) && out_ < (int64_t(1) << 31), "fc ", s.name, ": too large for cuBLAS");
     fill_ones<<<grid_for(s.batch), 256, 0, context().stream>>>(static_cast<float*>(ones_.data()), s.batch);
     CUDA_CHECK(cudaGetLastError());
