@@ -1,6 +1,7 @@
 // One CPU layer on its own: built from a spec dict, timed per pass, or run on given arrays so
 // tests can compare it with a numpy reference. Both paths use the same Layer object.
-#include "bind_core_layer.h"
+#include "bind_layer_spec.h"
+#include "cpu/layer.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>

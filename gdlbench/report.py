@@ -165,7 +165,3 @@ class Progress:
 
 def fmt_float(digits: int) -> Callable[[float], str]:
     return lambda v: f"{v:.{digits}f}"
-
-
-def fmt_sig(v: float) -> str:
-    return f"{v:.4g}"
