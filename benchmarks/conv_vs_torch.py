@@ -6,7 +6,7 @@ fast phases hit both alike; each figure is the median of every sample of every r
 Ratio = torch time / gdlbench time, i.e. gdlbench's speed as a fraction of torch's (goal for fwd:
 >= 0.5). The overall ratio weighs each layer by how often it occurs in ResNet-50 (total conv time).
 
-OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (set on some machines, DESIGN.md) make OpenBLAS run older
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE (set on some machines) make OpenBLAS run older
 kernels; oneDNN ignores them. The script re-executes itself without both unless --keep-env.
 
     python benchmarks/conv_vs_torch.py [--batch 8] [--threads 2] [--iters 5] [--rounds 3] [--json F]

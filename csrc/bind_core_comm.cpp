@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include "bind_comm_bench.h"
 #include "bind_core.h"
 #include "comm/allreduce.h"
 
@@ -32,38 +33,9 @@ comm::DType array_dtype(const py::array& a, const std::string& name) {
 }  // namespace
 
 void bind_comm(py::module_& m) {
-  m.def(
-      "comm_bench",
-      [](py::object comm, const std::string& collective, const std::string& algo, std::size_t count,
-         const std::string& dtype, const std::string& op, bool inplace, int root, int servers, int warmup, int iters,
-         int check_iters, double timeout_s, std::size_t rotate_bytes) {
-        comm::BenchSpec s;
-        s.coll = comm::parse_collective(collective);
-        s.algo = comm::parse_algo(algo);
-        s.count = count;
-        s.dtype = comm::parse_dtype(dtype);
-        s.op = comm::parse_op(op);
-        s.inplace = inplace;
-        s.root = root;
-        s.opt.servers = servers;
-        s.warmup = warmup;
-        s.iters = iters;
-        s.check_iters = check_iters;
-        s.timeout_s = timeout_s;
-        s.rotate_bytes = rotate_bytes;
-        MPI_Comm c = get_comm(comm);
-        comm::BenchResult r;
-        {
-          py::gil_scoped_release nogil;
-          r = comm::bench(s, c);
-        }
-        return py::make_tuple(r.samples_us, r.wrong);
-      },
-      py::arg("comm"), py::arg("collective"), py::arg("algo"), py::arg("count"), py::arg("dtype"), py::arg("op"),
-      py::arg("inplace"), py::arg("root") = 0, py::arg("servers") = 1, py::arg("warmup") = 5, py::arg("iters") = 20,
-      py::arg("check_iters") = 1, py::arg("timeout_s") = 0.0, py::arg("rotate_bytes") = 0,
-      "Time one collective: per iteration an untimed MPI_Barrier, then the call on the host steady clock; "
-      "returns (samples_us reduced with MAX over ranks, wrong elements summed over ranks or -1 without check).");
+  bind_comm_bench(m, "comm_bench", &comm::bench,
+                  "Time one MPI collective: per iteration an untimed MPI_Barrier, then the call on the host "
+                  "steady clock; then the exact check.");
 
   m.def(
       "allreduce",

@@ -1,6 +1,6 @@
 // The SGD update and host copies in gdlbench._core: a numpy entry point for checks, and timed
 // loops whose buffers are allocated and touched here, before timing (first-touch page faults
-// would otherwise dominate: DESIGN.md, benchmark hygiene).
+// would otherwise dominate).
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 

@@ -1,26 +1,28 @@
 """Collectives: all-reduce (the MPI library's and gdlbench's own algorithms; NCCL on GPUs),
 reduce-scatter, all-gather and broadcast, timed by the native harness and checked exactly; and
-the alpha-beta(-gamma) cost model fitted to a size sweep (DESIGN.md section 3).
+the alpha-beta(-gamma) cost model (costmodel.py, docs/model.md) fitted to a size sweep.
 
 Sizes follow nccl-tests: for all-reduce and broadcast the size is each rank's buffer; for
-reduce-scatter and all-gather it is the total buffer (N blocks of `count` elements)."""
+reduce-scatter and all-gather it is the total buffer (N blocks of `count` elements). What each
+collective is, for the CLI, the report and the model, is its entry in COLLECTIVES; the native
+harness reads its own twin (csrc/comm/collective.h)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import env
+from . import costmodel, env
 from ._native import MPI, _core, _cuda
 from .errors import UsageError
 from .measurement import Measurement
 from .units import parse_size
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
 ALGOS = ("library", "ring", "rd", "tree", "ps")
+SERVER_ALGOS = ("ps",)  # algorithms with server ranks (--servers P)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "max", "min")
 BACKENDS = ("mpi", "nccl")
@@ -46,16 +48,54 @@ HALF_NOTE = ("float16/bfloat16 on MPI: 2-byte storage reduced by gdlbench's own 
              "reduce, round to nearest even); MPI has no such types")
 
 
+@dataclass(frozen=True)
+class Kind:
+    """One collective, as the CLI, the report and the model see it (the C++ twin: csrc/comm/collective.h)."""
+
+    name: str
+    reduces: bool  # takes --op
+    rooted: bool  # has --root and one buffer: in place only
+    size_is_total: bool  # the size is the whole buffer of N blocks (nccl-tests), not each rank's
+    bus_factor_formula: str  # nccl-tests' busbw = algbw x this ...
+    bus_factor: Callable[[int], float]  # ... at N ranks (0 on one rank wherever it has N-1: no link)
+    host_buffers: int  # buffers of the row's size a rank holds (send, receive, scratch), for the memory check
+    algos: tuple[str, ...] = ("library",)  # what --algo may name; library: the backend's own call
+    cost: str | None = None  # its costmodel entry; None: the entry of the algorithm it runs
+
+    def cost_name(self, algo: str) -> str:
+        """The costmodel entry that prices this collective run with `algo`."""
+        return self.cost or algo
+
+
+COLLECTIVES: dict[str, Kind] = {k.name: k for k in (
+    Kind("allreduce", reduces=True, rooted=False, size_is_total=False, bus_factor_formula="2(N-1)/N",
+         bus_factor=lambda n: 2.0 * (n - 1) / n, host_buffers=3,
+         algos=ALGOS),
+    Kind("reduce_scatter", reduces=True,
+         rooted=False, size_is_total=True, bus_factor_formula="(N-1)/N",
+         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="reduce_scatter"),
+    Kind("allgather", reduces=False, rooted=False,
+         size_is_total=True, bus_factor_formula="(N-1)/N",
+         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="allgather"),
+    Kind("broadcast", reduces=False, rooted=True, size_is_total=False,
+         bus_factor_formula="1",
+         bus_factor=lambda n: 1.0, host_buffers=1, cost="broadcast"),
+)}
+# What each backend lacks: a row that asks for it is waived (listed with the reason, not run).
+BACKEND_ALGOS = {"mpi": ALGOS, "nccl": ("library",)}
+BACKEND_DTYPES = {"mpi": DTYPES, "nccl": DTYPES}
+
+
+def kind(collective: str) -> Kind:
+    if collective not in COLLECTIVES:
+        raise UsageError(f"unknown collective {collective!r} ({', '.join(COLLECTIVES)})")
+    return COLLECTIVES[collective]
+
+
 def bus_factor(collective: str, nranks: int) -> float:
     """nccl-tests' busbw factor: all-reduce 2(N-1)/N, reduce-scatter and all-gather (N-1)/N,
     broadcast 1. With one rank there is no link: 0 for the first three."""
-    if collective == "allreduce":
-        return 2.0 * (nranks - 1) / nranks
-    if collective in ("reduce_scatter", "allgather"):
-        return (nranks - 1) / nranks
-    if collective == "broadcast":
-        return 1.0
-    raise UsageError(f"unknown collective {collective!r} ({', '.join(COLLECTIVES)})")
+    return kind(collective).bus_factor(nranks)
 
 
 @dataclass
@@ -119,7 +159,7 @@ def element_count(collective: str, size_bytes: int, dtype: str, nranks: int) -> 
     """(count per rank, bytes actually moved) for a requested size: whole elements, and for
     reduce-scatter/all-gather whole blocks of N (at least one element per rank)."""
     es = DTYPE_SIZE[dtype]
-    if collective in ("reduce_scatter", "allgather"):
+    if kind(collective).size_is_total:
         count = max(1, size_bytes // (es * nranks))
         return count, count * es * nranks
     count = max(1, size_bytes // es)
@@ -145,20 +185,18 @@ def resolve_backend(backend: str, device: str = "auto") -> tuple[str, str]:
 def validate(collective: str, dtype: str, op: str | None, algo: str, backend: str, nranks: int,
              servers: int, root: int, iters: int, warmup: int, check: int, timeout: float) -> None:
     """Every argument check that does not need MPI traffic: the same verdict on every rank."""
-    if collective not in COLLECTIVES:
-        raise UsageError(f"unknown collective {collective!r} ({', '.join(COLLECTIVES)})")
+    k = kind(collective)
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r} ({', '.join(DTYPES)})")
-    if collective in ("allreduce", "reduce_scatter") and op not in OPS:
+    if k.reduces and op not in OPS:
         raise UsageError(f"unknown op {op!r} ({', '.join(OPS)})")
-    if algo not in ALGOS:
-        raise UsageError(f"unknown algorithm {algo!r} ({', '.join(ALGOS)})")
-    if algo != "library" and (collective != "allreduce" or backend != "mpi"):
-        raise UsageError(f"--algo {algo}: gdlbench's own algorithms are all-reduces on MPI "
-                         f"(add --backend mpi, or use --algo library)")
-    if algo == "ps" and not 1 <= servers <= nranks:
+    if algo not in k.algos:
+        raise UsageError(f"{collective} has no algorithm {algo!r} ({', '.join(k.algos)})")
+    if (why := waived(backend, algo, dtype)) is not None:
+        raise UsageError(f"--algo {algo}: {why} (add --backend mpi, or use --algo library)")
+    if algo in SERVER_ALGOS and not 1 <= servers <= nranks:
         raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
-    if collective == "broadcast" and not 0 <= root < nranks:
+    if k.rooted and not 0 <= root < nranks:
         raise UsageError(f"--root must be between 0 and {nranks - 1}, got {root}")
     if iters < 1:
         raise UsageError(f"--iters must be >= 1, got {iters}")
@@ -170,6 +208,36 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
         raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
 
 
+def algo_label(algo: str, servers: int | None) -> str:
+    """The algorithm as tables show it: ps(P=2) for one with server ranks."""
+    return f"{algo}(P={servers})" if algo in SERVER_ALGOS else algo
+
+
+def waived(backend: str, algo: str, dtype: str = "float32") -> str | None:
+    """Why `backend` cannot run `algo` on `dtype` (the row is waived), or None when it can."""
+    if algo not in BACKEND_ALGOS[backend]:
+        return f"{backend} has no algorithm {algo} (gdlbench's own algorithms run on MPI point-to-point)"
+    if dtype not in BACKEND_DTYPES[backend]:
+        return f"{backend} has no {dtype}"
+    return None
+
+
+@dataclass
+class WaivedRow:
+    """A row asked for that the backend cannot run: listed with the reason, not timed."""
+
+    collective: str
+    dtype: str
+    op: str | None
+    algo: str
+    backend: str
+    waived: str
+
+    def to_dict(self) -> dict:
+        return {"collective": self.collective, "dtype": self.dtype, "op": self.op, "algo": self.algo,
+                "backend": self.backend, "waived": self.waived}
+
+
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
             algo: str = "library", backend: str = "mpi", inplace: bool = False, *, iters: int = 20,
             warmup: int = 5, check: int = 1, servers: int = 1, root: int = 0,
@@ -179,21 +247,21 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     nccl-tests does, so that sizes below the cache are not timed from cache."""
     comm = comm or MPI.COMM_WORLD
     nranks = comm.Get_size()
-    op = op if collective in ("allreduce", "reduce_scatter") else None
+    k = kind(collective)
+    op = op if k.reduces else None
     validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
     count, nbytes = element_count(collective, size_bytes, dtype, nranks)
-    if collective == "broadcast":
+    if k.rooted:
         inplace = True  # one buffer: MPI_Bcast and ncclBroadcast in place
-    if backend == "nccl":
-        samples, wrong = _cuda.nccl_bench(comm, collective, count, dtype, op or "sum", inplace, root, warmup, iters,
-                                          check, timeout)
-    else:
-        samples, wrong = _core.comm_bench(comm, collective, algo, count, dtype, op or "sum", inplace, root, servers,
-                                          warmup, iters, check, timeout, int(rotate_bytes))
-    meas = Measurement(samples, "steady-clock", region(backend, (algo,)))
+    native, bench = (_cuda, _cuda.nccl_bench) if backend == "nccl" else (_core, _core.comm_bench)
+    spec = native.BenchSpec(collective=collective, count=count, dtype=dtype, op=op or "sum", inplace=inplace,
+                            algo=algo, root=root, servers=servers, warmup=warmup, iters=iters, check_iters=check,
+                            timeout_s=timeout, rotate_bytes=int(rotate_bytes) if backend == "mpi" else 0)
+    res = bench(comm, spec)
+    meas = Measurement(res.samples_us, "steady-clock", region(backend, (algo,)))
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
-                            None if wrong < 0 else int(wrong), root if collective == "broadcast" else None,
-                            servers if algo == "ps" else None)
+                            None if res.wrong < 0 else int(res.wrong), root if k.rooted else None,
+                            servers if algo in SERVER_ALGOS else None)
 
 
 def _modes(inplace: bool | None) -> tuple[bool, ...]:
@@ -207,7 +275,7 @@ def collective(name: str, sizes, dtype: str = "float32", op: str | None = "sum",
     """Time `name` at every size; inplace None runs out-of-place then in-place rows (broadcast has
     one buffer: in place only)."""
     be, _ = resolve_backend(backend, device)
-    modes = (True,) if name == "broadcast" else _modes(inplace)
+    modes = (True,) if kind(name).rooted else _modes(inplace)
     out = []
     for size in _as_sizes(sizes):
         for mode in modes:
@@ -268,43 +336,8 @@ def reduction_gamma_us_per_byte(dtype: str = "float32", op: str = "sum", nbytes:
     return float(np.median(samples)) / (count * DTYPE_SIZE[dtype])
 
 
-# --- the alpha-beta(-gamma) model ---------------------------------------------------------------
-FIT_ALGOS = (*ALGOS, "reduce_scatter", "allgather", "broadcast")
-FIT_FORMULAS = {
-    "ring": "2(N-1) a + 2(N-1)/N m b + (N-1)/N m g",
-    "library": "2 ceil(log2 N) a + 2(N-1)/N m b + (N-1)/N m g  (MPICH's large-message all-reduce: "
-               "recursive-halving reduce-scatter + recursive-doubling all-gather)",
-    "rd": "ceil(log2 N) (a + m b + m g)",
-    "tree": "2 ceil(log2 N) (a + m b) + ceil(log2 N) m g",
-    "ps": "2 (a + (N/P) m b) + (N/P) m g",
-    "reduce_scatter": "ceil(log2 N) a + (N-1)/N m b + (N-1)/N m g  (m: total buffer)",
-    "allgather": "ceil(log2 N) a + (N-1)/N m b  (m: total buffer)",
-    "broadcast": "ceil(log2 N) (a + m b)  (binomial tree)",
-}
-
-
-def model_coefficients(algo: str, nranks: int, servers: int = 1) -> tuple[float, float, float]:
-    """(A, B, G) with t(m) = A alpha + B m beta + G m gamma (DESIGN.md section 3)."""
-    n = nranks
-    if n < 1:
-        raise UsageError(f"nranks must be >= 1, got {nranks}")
-    lg = math.ceil(math.log2(n)) if n > 1 else 0
-    f = (n - 1) / n
-    table = {
-        "ring": (2 * (n - 1), 2 * f, f),
-        "library": (2 * lg, 2 * f, f),
-        "rd": (lg, lg, lg),
-        "tree": (2 * lg, 2 * lg, lg),
-        "ps": (2.0, 2 * n / servers, n / servers),
-        "reduce_scatter": (lg, f, f),
-        "allgather": (lg, f, 0.0),
-        "broadcast": (lg, lg, 0.0),
-    }
-    if algo not in table:
-        raise UsageError(f"no cost model for {algo!r} ({', '.join(table)})")
-    if algo == "ps" and n == 1:
-        return (0.0, 0.0, 0.0)
-    return tuple(float(x) for x in table[algo])  # type: ignore[return-value]
+# --- the alpha-beta(-gamma) fit (formulas: costmodel.py) ------------------------------------
+FIT_ALGOS = tuple(n for n in costmodel.COSTS if not n.startswith("ps_"))
 
 
 @dataclass
@@ -336,7 +369,7 @@ class AlphaBetaFit:
         return a, b
 
     def predict_us(self, size_bytes: float, nranks: int | None = None) -> float:
-        a, b, g = model_coefficients(self.algo, nranks or self.nranks, self.servers)
+        a, b, g = costmodel.coefficients(self.algo, nranks or self.nranks, self.servers)
         alpha, beta = self.params_for(size_bytes)
         return a * alpha + size_bytes * (b * beta + g * (self.gamma_us_per_byte or 0.0))
 
@@ -358,8 +391,8 @@ class AlphaBetaFit:
 
     def to_dict(self) -> dict:
         return {
-            "algo": self.algo, **self.group, "nranks": self.nranks, "servers": self.servers if self.algo == "ps" else None,
-            "formula": FIT_FORMULAS[self.algo], "alpha_us": self.alpha_us,
+            "algo": self.algo, **self.group, "nranks": self.nranks, "servers": self.servers if self.algo in SERVER_ALGOS else None,
+            "formula": costmodel.formula(self.algo), "alpha_us": self.alpha_us,
             "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
             "gamma_source": self.gamma_source, "link_gbs": self.link_gbs, "fit_min_bytes": self.fit_min_bytes,
             "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes],
@@ -374,7 +407,7 @@ class AlphaBetaFit:
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo: str, nranks: int, *,
                    servers: int = 1, gamma_us_per_byte: float | None = None,
                    gamma_source: str | None = None, min_bytes: int = 0, regimes: int = 1) -> AlphaBetaFit:
-    """Least-squares fit of DESIGN.md section 3's cost formula for `algo` to a size sweep.
+    """Least-squares fit of `algo`'s cost formula (costmodel.COSTS) to a size sweep.
 
     The fit minimises the relative error (each point weighted by 1/t), so small latency-bound and
     large bandwidth-bound sizes count alike; alpha and beta are kept >= 0. Over one sweep at a fixed
@@ -400,7 +433,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
         raise UsageError("fit: needs at least 2 ranks (with one rank nothing is communicated)")
     if not (np.all(t > 0) and np.all(np.isfinite(t)) and np.all(m > 0)):
         raise UsageError("fit: sizes and times must be positive")
-    a_c, b_c, g_c = model_coefficients(algo, nranks, servers)
+    a_c, b_c, g_c = costmodel.coefficients(algo, nranks, servers)
     gamma = gamma_us_per_byte if (gamma_us_per_byte is not None and g_c > 0) else None
     used = m >= min_bytes
     if np.unique(m[used]).size < 2:
@@ -469,7 +502,7 @@ def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float
     for (coll, algo, dtype, op, inplace, _servers), rows in groups.items():
         if len({r.size_bytes for r in rows if r.size_bytes >= min_bytes}) < 2:
             continue
-        name = algo if coll == "allreduce" else coll
+        name = kind(coll).cost_name(algo)
         fit = fit_alpha_beta([r.size_bytes for r in rows], [r.time_us for r in rows], name,
                              rows[0].nranks, servers=rows[0].servers or 1,
                              gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source,

@@ -125,7 +125,7 @@ def _version_str(code: int, kind: str) -> str:
 
 
 def collect() -> dict:
-    """The env block of every report (DESIGN.md section 6)."""
+    """The env block of every report (docs/report.md)."""
     from importlib import metadata
 
     def pkg(name: str) -> str:

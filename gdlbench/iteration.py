@@ -6,7 +6,7 @@ phases held against it.
     result = Iteration("resnet50", batch=4, device="cpu", strategy="wfbp").measure()
     result.summary["error_pct"]
 
-Phases (DESIGN.md section 3): io (read + decode a batch of JPEGs, gdlbench.io), h2d (on the CPU a
+Phases (docs/model.md, the iteration model): io (read + decode a batch of JPEGs, gdlbench.io), h2d (on the CPU a
 memcpy of the batch into the input buffer), forward and backward (per layer, each layer alone),
 comm (each message of the strategy's plan alone, max over ranks), update (SGD with momentum over
 the flat parameter buffer). The composed iteration runs io on a prefetch thread (when the strategy

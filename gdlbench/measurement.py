@@ -53,7 +53,7 @@ class Measurement:
         return float(np.std(self.samples_us, ddof=1) / np.mean(self.samples_us))
 
     def stats(self, prefix: str = "time") -> dict:
-        """The statistics under DESIGN.md's JSON names (time_us is the median, the headline)."""
+        """The statistics under the report's JSON names (docs/report.md) (time_us is the median, the headline)."""
         return {
             f"{prefix}_us": self.median,
             f"{prefix}_us_min": self.min,

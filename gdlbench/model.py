@@ -1,4 +1,4 @@
-"""The performance model of one synchronous data-parallel SGD iteration (DESIGN.md section 3).
+"""The performance model of one synchronous data-parallel SGD iteration (docs/model.md).
 
 Phases (microseconds, per worker, batch b): t_io, t_h2d, t_f = sum t_f(l), t_b = sum t_b(l),
 t_c (gradient aggregation, from a communication model), t_u.
@@ -11,12 +11,9 @@ t_c (gradient aggregation, from a communication model), t_u.
 - fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
 - no overlap: the same recurrence with every r_l = t_b (all messages after backward).
 
-Communication of one message of m bytes among N workers (alpha us per step, beta us per byte
-on the link, gamma us per byte reduced); N = 1 costs nothing (no aggregation on one worker):
-- ring:               2(N-1) alpha + 2(N-1)/N m beta + (N-1)/N m gamma
-- recursive doubling: ceil(log2 N) (alpha + m beta + m gamma)
-- binomial tree:      2 ceil(log2 N) (alpha + m beta) + ceil(log2 N) m gamma
-- parameter server:   2 (alpha + (N/P) m beta) + (N/P) m gamma   (P servers; push m, pull m)
+Communication of one message of m bytes among N workers: the algorithm's formula in
+costmodel.COSTS (alpha us per step, beta us per byte on the link, gamma us per byte reduced);
+N = 1 costs nothing (no aggregation on one worker).
 
 Throughput = N b / t_iter; speedup S(N) = N t_iter(1) / t_iter(N) (weak scaling); E = S / N.
 
@@ -51,81 +48,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import costmodel
 from .errors import UsageError
 from .network import Network, load_network
 from .strategies import Strategy
 
-ALGOS = ("ring", "recursive_doubling", "tree", "ps")
-_ALIASES = {
-    "ring": "ring", "recursive_doubling": "recursive_doubling", "recursive-doubling": "recursive_doubling",
-    "rd": "recursive_doubling", "doubling": "recursive_doubling", "tree": "tree", "binomial": "tree",
-    "binomial_tree": "tree", "binomial-tree": "tree", "ps": "ps", "parameter_server": "ps",
-}
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm")
 
 
-def _log2ceil(n: int) -> int:
-    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
-
-
-def ring_allreduce_us(m: float, n: int, alpha_us: float, beta_us_per_byte: float,
-                      gamma_us_per_byte: float = 0.0) -> float:
-    if n <= 1:
-        return 0.0
-    return 2 * (n - 1) * alpha_us + 2 * (n - 1) / n * m * beta_us_per_byte + (n - 1) / n * m * gamma_us_per_byte
-
-
-def recursive_doubling_us(m: float, n: int, alpha_us: float, beta_us_per_byte: float,
-                          gamma_us_per_byte: float = 0.0) -> float:
-    return _log2ceil(n) * (alpha_us + m * beta_us_per_byte + m * gamma_us_per_byte)
-
-
-def tree_allreduce_us(m: float, n: int, alpha_us: float, beta_us_per_byte: float,
-                      gamma_us_per_byte: float = 0.0) -> float:
-    k = _log2ceil(n)
-    return 2 * k * (alpha_us + m * beta_us_per_byte) + k * m * gamma_us_per_byte
-
-
-def ps_push_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: float,
-               gamma_us_per_byte: float = 0.0) -> float:
-    """The push half: a server's link carries (N/P) m in, and it reduces (N/P) m."""
-    if n <= 1:
-        return 0.0
-    load = n / servers * m
-    return alpha_us + load * beta_us_per_byte + load * gamma_us_per_byte
-
-
-def ps_pull_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: float) -> float:
-    if n <= 1:
-        return 0.0
-    return alpha_us + n / servers * m * beta_us_per_byte
-
-
-def ps_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: float,
-          gamma_us_per_byte: float = 0.0) -> float:
-    """Push and pull: 2(alpha + (N/P) m beta) + (N/P) m gamma."""
-    return (ps_push_us(m, n, servers, alpha_us, beta_us_per_byte, gamma_us_per_byte)
-            + ps_pull_us(m, n, servers, alpha_us, beta_us_per_byte))
-
-
 def normalise_algo(algo: str) -> str:
-    key = str(algo).strip().lower()
-    if key not in _ALIASES:
-        raise UsageError(f"--algo: unknown algorithm {algo!r} (ring, recursive_doubling, tree, ps)")
-    return _ALIASES[key]
-
-
-def comm_time_us(algo: str, m: float, n: int, alpha_us: float, beta_us_per_byte: float,
-                 gamma_us_per_byte: float = 0.0, servers: int | None = None) -> float:
-    """One message of m bytes among n workers with the named algorithm (servers: P for 'ps')."""
-    algo = normalise_algo(algo)
-    if algo == "ring":
-        return ring_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
-    if algo == "recursive_doubling":
-        return recursive_doubling_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
-    if algo == "tree":
-        return tree_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
-    return ps_us(m, n, servers or n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+    """The cost model's name for an all-reduce algorithm (costmodel.canonical, for --algo)."""
+    try:
+        return costmodel.canonical(algo)
+    except UsageError:
+        raise UsageError(f"--algo: unknown algorithm {algo!r} ({', '.join(costmodel.ALLREDUCE_ALGOS)})") from None
 
 
 @dataclass(frozen=True)
@@ -160,10 +96,9 @@ class CommModel:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise UsageError(f"communication model: {name} must be a finite number >= 0, got {v!r}")
         if not self.formula:
-            key = str(self.algo).strip().lower()
-            formula = _ALIASES.get(key, "ring")
-            object.__setattr__(self, "formula", formula)
-            if key not in _ALIASES and not self.note:
+            known = costmodel.known(self.algo)
+            object.__setattr__(self, "formula", costmodel.canonical(self.algo) if known else "ring")
+            if not known and not self.note:
                 object.__setattr__(self, "note", f"no formula for algorithm {self.algo!r}: ring's used")
 
     @classmethod
@@ -176,8 +111,13 @@ class CommModel:
         return cls(algo, alpha_us, 1e6 / (gbs * 1e9), gamma, source)
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
+        return self.time_us(self.formula, m, n, servers)
+
+    def time_us(self, formula: str, m: float, n: int, servers: int | None = None) -> float:
+        """A message of m bytes among n workers priced by the costmodel entry `formula` with these
+        parameters (the regime of size m)."""
         a, b = self.params_for(m)
-        return comm_time_us(self.formula, m, n, a, b, self.gamma_us_per_byte, servers)
+        return costmodel.time_us(formula, m, n, a, b, self.gamma_us_per_byte, servers)
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
@@ -238,7 +178,8 @@ def _find_fit(doc: Any, algo: str | None, source: str) -> Any:
         raise UsageError(f"{source}: summary.fit holds no fits")
     if algo is not None:
         for k, v in fits.items():
-            if k == algo or _ALIASES.get(k.lower()) == _ALIASES.get(algo.lower(), algo):
+            if k == algo or (costmodel.known(k) and costmodel.known(algo)
+                             and costmodel.canonical(k) == costmodel.canonical(algo)):
                 return {"algo": k} | v
         raise UsageError(f"{source}: no fit for algorithm {algo!r} (there are: {', '.join(fits)})")
     if len(fits) == 1:
@@ -558,16 +499,16 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
         costs = [float(c) for c in message_costs_us]
         if strategy.collective == "ps" and strategy.ps_pull == "after_push":
             after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
-                                [ps_pull_us(m, n, servers, *comm.params_for(m)) for m in sizes])
+                                [comm.time_us("ps_pull", m, n, servers) for m in sizes])
     elif strategy.collective == "ps":
         if strategy.ps_pull == "after_push":
-            costs = [ps_push_us(m, n, servers, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
-            after_push_pulls = [ps_pull_us(m, n, servers, *comm.params_for(m)) for m in sizes]
+            costs = [comm.time_us("ps_push", m, n, servers) for m in sizes]
+            after_push_pulls = [comm.time_us("ps_pull", m, n, servers) for m in sizes]
         else:
-            costs = [ps_us(m, n, servers, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
+            costs = [comm.time_us("ps", m, n, servers) for m in sizes]
     else:
         algo = strategy.algo or comm.formula
-        costs = [comm_time_us(algo, m, n, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
+        costs = [comm.time_us(algo, m, n) for m in sizes]
     spans = schedule(ready_b, costs)
     e_last = spans[-1][1] if spans else 0.0
     # Overlapped messages hide behind backward only as far as they run on resources of their own.

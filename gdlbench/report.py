@@ -85,7 +85,8 @@ def _json_default(o: Any) -> Any:
 
 @dataclass
 class Report:
-    """DESIGN.md section 6's JSON shape: tool, version, command, args, env, timing, rows, summary."""
+    """The JSON shape of every command (docs/report.md): tool, version, command, args, env, timing,
+    rows, summary, notes."""
 
     command: str
     args: dict

@@ -27,7 +27,7 @@ class Strategy:
     bucket_bytes: None sends one message per layer with parameters; B merges consecutive
     gradients (backward order) into buckets of at least B bytes (the last may be smaller).
     servers: parameter servers P (None: one per worker, P = N). ps_pull: 'with_push' (each
-    message is a push and its pull, DESIGN.md's formula) or 'after_push' (pushes overlap backward,
+    message is a push and its pull: the cost model's ps formula) or 'after_push' (pushes overlap backward,
     the pulls of the updated parameters come after all pushes and the update).
     io_prefetch: the next batch is read on another thread during this iteration."""
 
@@ -75,29 +75,29 @@ PRESETS: dict[str, Strategy] = {s.name: s for s in (
         "serial", overlap="none", io_prefetch=False,
         assumptions="Every phase in turn: read, copy, forward, backward, all-reduce of each layer's "
                     "gradient, update. The upper bound every other strategy improves on.",
-        source="DESIGN.md section 3, serial model"),
+        source="docs/model.md, the iteration model: serial"),
     Strategy(
         "prefetch", overlap="none", io_prefetch=True,
         assumptions="As serial, but the next batch is read on another thread, so only the part of "
                     "t_io longer than the rest of the iteration shows.",
-        source="DESIGN.md section 3, I/O prefetch"),
+        source="docs/model.md, the iteration model: prefetch"),
     Strategy(
         "wfbp", overlap="wfbp", io_prefetch=True,
         assumptions="Wait-free backpropagation: each layer's gradient is all-reduced as soon as "
                     "backward has produced it and the previous message has ended.",
-        source="DESIGN.md section 3; Zhang et al., Poseidon (USENIX ATC 2017)"),
+        source="docs/model.md, the iteration model: WFBP; Zhang et al., Poseidon (USENIX ATC 2017)"),
     Strategy(
         "wfbp-fusion", overlap="wfbp", bucket_bytes=DDP_BUCKET_BYTES, io_prefetch=True,
         assumptions="WFBP over buckets: consecutive gradients merged into buckets of at least 25 MiB, "
                     "each all-reduced when its last gradient is ready (fewer latency terms, later "
                     "start). Bucket size as PyTorch DDP's default bucket_cap_mb=25.",
-        source="DESIGN.md section 3; PyTorch DistributedDataParallel; Horovod tensor fusion"),
+        source="docs/model.md, the iteration model: fusion; PyTorch DistributedDataParallel; Horovod tensor fusion"),
     Strategy(
         "ps", collective="ps", overlap="none", io_prefetch=True,
         assumptions="Parameter servers, P = N unless set: after backward every worker pushes each "
                     "layer's gradient and pulls the updated parameters; each message is balanced "
                     "over the P servers.",
-        source="DESIGN.md section 3, parameter server"),
+        source="docs/model.md, the cost model: ps"),
     Strategy(
         "caffe-mpi", overlap="wfbp", bucket_bytes=64 * 2**20, io_prefetch=True,
         assumptions="Caffe-MPI: a separate communication thread all-reduces (NCCL within a node, MPI "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-call GPU validation (DESIGN.md section 8). On the GPU machine (one H200, x86-64,
+# The one-call GPU validation. On the GPU machine (one H200, x86-64,
 # Python 3.12, no package registry; nvcc, CuPy, PyTorch, cuBLAS/cuDNN/NCCL wheels, mpi4py,
 # pybind11, scikit-build-core, cmake, ninja present; mpich and scipy-openblas32 carried in .whl/
 # by scripts/fetch-gpu-wheels.sh), from the repository root:
@@ -42,7 +42,7 @@ if ! python3 -c "from mpi4py import MPI" 2>/dev/null; then
 fi
 python3 -c "from mpi4py import MPI; print('MPI:', MPI.Get_library_version().splitlines()[0])" 2>&1 | tee -a "$LOG/probe.log"
 
-# 2. build (sm_90 only). Prefer a system nvcc: the 13.0/13.1 nvcc wheels cannot link (BUILD-NOTES).
+# 2. build (sm_90 only). Prefer a system nvcc: the 13.0/13.1 nvcc wheels cannot link.
 if command -v nvcc >/dev/null; then export CUDACXX=${CUDACXX:-$(command -v nvcc)}; fi
 step build env GDL_ENABLE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90" \
   python3 -m pip install -v --no-build-isolation --no-deps --no-index --target /tmp/gdl .

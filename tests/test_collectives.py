@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gdlbench.collectives as C
+from gdlbench import costmodel
 from gdlbench.commands.allreduce import sweep_sizes
 from gdlbench.errors import UsageError
 
@@ -128,7 +129,7 @@ def test_fit_recovers_the_model(algo, nranks):
     rng = np.random.default_rng(nranks)
     alpha, beta, gamma, servers = 3.0, 4e-4, 1e-4, max(1, nranks // 2)
     sizes = [2**k for k in range(3, 27)]
-    a, b, g = C.model_coefficients(algo, nranks, servers)
+    a, b, g = costmodel.coefficients(algo, nranks, servers)
     truth = [a * alpha + m * (b * beta + g * gamma) for m in sizes]
     noisy = [t * (1 + 0.03 * rng.standard_normal()) for t in truth]
     # gamma held at its separately measured value: alpha and beta come back
@@ -316,7 +317,7 @@ def test_nccl_one_rank_exact(tmp_path, command):
 
 def test_fit_min_bytes_leaves_out_small_sizes():
     sizes = [8, 64, 512, 65536, 2**20, 2**24]
-    a, b, _ = C.model_coefficients("ring", 2)
+    a, b, _ = costmodel.coefficients("ring", 2)
     times = [50.0, 50.0, 50.0] + [a * 2.0 + m * b * 1e-3 for m in sizes[3:]]  # a latency floor below 64K
     fit = C.fit_alpha_beta(sizes, times, "ring", 2, min_bytes=65536)
     assert fit.median_rel_error(65536) < 1e-6 and fit.fit_min_bytes == 65536
@@ -368,3 +369,42 @@ def test_piecewise_fit_recovers_each_regime_and_the_model_reads_it():
     model = CommModel.from_dict(fit.to_dict())
     for m in (64, 65536, 2**25):
         assert model.predict_us(m, 2) == pytest.approx(fit.predict_us(m), rel=1e-9)
+
+
+def test_algorithms_a_backend_lacks_are_waived(monkeypatch, capsys, tmp_path):
+    """--algo all on NCCL: the library rows run, the other algorithms are listed as waived rows with
+    the reason and no time. (No GPU here: the NCCL rows are run on MPI; the plan is what is tested.)"""
+    from gdlbench import cli
+    from gdlbench.commands import allreduce as cmd
+
+    real = C.run_one
+    monkeypatch.setattr(cmd.C, "resolve_backend", lambda backend, device: ("nccl", "test"))
+    monkeypatch.setattr(cmd.C, "run_one", lambda coll, size, dtype, op, algo, backend, *a, **kw:
+                        real(coll, size, dtype, op, algo, "mpi", *a, **kw))
+    out = tmp_path / "w.json"
+    assert cli.main(["allreduce", "--size", "64", "--algo", "all", "-n", "2", "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(out.read_text())
+    timed = [r for r in doc["rows"] if "waived" not in r]
+    waived = [r for r in doc["rows"] if "waived" in r]
+    assert {r["algo"] for r in timed} == {"library"} and len(timed) == 2  # out of place and in place
+    assert {r["algo"] for r in waived} == {"ring", "rd", "tree", "ps"}
+    assert all("nccl has no algorithm" in r["waived"] and "time_us" not in r for r in waived)
+    assert doc["summary"]["rows_waived"] == 4
+    assert "ring (waived)" in captured.out and "waived (not run): nccl has no algorithm ring" in captured.out
+    # asking only for what the backend lacks runs nothing: a usage error
+    assert cli.main(["allreduce", "--size", "64", "--algo", "ring", "-n", "2"]) == 2
+    assert "nothing to run" in capsys.readouterr().err
+
+
+def test_collective_descriptions_drive_the_cli():
+    """The Python descriptions: sizes, bus factors and cost entries come from COLLECTIVES."""
+    assert C.element_count("allgather", 1000, "float32", 4) == (62, 992)  # whole blocks of N
+    assert C.element_count("allreduce", 1000, "float32", 4) == (250, 1000)
+    assert [C.bus_factor(c, 4) for c in C.COLLECTIVES] == [1.5, 0.75, 0.75, 1.0]
+    assert C.bus_factor("allreduce", 1) == 0.0
+    for k in C.COLLECTIVES.values():
+        for algo in k.algos:
+            assert costmodel.known(k.cost_name(algo)), (k.name, algo)
+    with pytest.raises(UsageError, match="unknown collective"):
+        C.kind("alltoall")

@@ -1,5 +1,5 @@
-"""The performance model on small hand-computed cases (DESIGN.md section 3), the strategies,
-and the predict command's contract."""
+"""The performance model on small hand-computed cases (docs/model.md), the strategies, and the
+predict command's contract."""
 
 from __future__ import annotations
 
@@ -10,21 +10,18 @@ from dataclasses import replace
 import pytest
 from conftest import run_cli
 
+from gdlbench import costmodel
 from gdlbench.cli import main
+from gdlbench.costmodel import time_us as comm_time_us
 from gdlbench.errors import UsageError
 from gdlbench.model import (
     CommModel,
     Phases,
-    comm_time_us,
     load_comm_model,
     make_buckets,
     predict_iteration,
     predict_scaling,
-    ps_us,
-    recursive_doubling_us,
-    ring_allreduce_us,
     schedule,
-    tree_allreduce_us,
 )
 from gdlbench.network import load_network
 from gdlbench.strategies import PRESETS, Strategy, get_strategies
@@ -50,16 +47,22 @@ def strat(**kw) -> Strategy:
 
 def test_comm_formulas_by_hand():
     m, a, b, g = 1000, 2.0, 0.01, 0.001
-    assert ring_allreduce_us(m, 4, a, b, g) == pytest.approx(12 + 15 + 0.75)
-    assert recursive_doubling_us(m, 5, a, b, g) == pytest.approx(3 * (2 + 10 + 1))  # ceil(log2 5) = 3
-    assert recursive_doubling_us(m, 4, a, b, g) == pytest.approx(2 * 13)
-    assert tree_allreduce_us(m, 4, a, b, g) == pytest.approx(2 * 2 * 12 + 2 * 1)
-    assert ps_us(m, 4, 2, a, b, g) == pytest.approx(2 * (2 + 2 * 1000 * 0.01) + 2 * 1000 * 0.001)
-    for algo in ("ring", "recursive_doubling", "tree", "ps"):
+    assert comm_time_us("ring", m, 4, a, b, g) == pytest.approx(12 + 15 + 0.75)
+    assert comm_time_us("rd", m, 5, a, b, g) == pytest.approx(3 * (2 + 10 + 1))  # ceil(log2 5) = 3
+    assert comm_time_us("rd", m, 4, a, b, g) == pytest.approx(2 * 13)
+    assert comm_time_us("tree", m, 4, a, b, g) == pytest.approx(2 * 2 * 12 + 2 * 1)
+    assert comm_time_us("ps", m, 4, a, b, g, servers=2) == pytest.approx(2 * (2 + 2 * 1000 * 0.01) + 2 * 1000 * 0.001)
+    assert comm_time_us("library", m, 4, a, b, g) == pytest.approx(2 * 2 * 2 + 15 + 0.75)
+    for algo in ("ring", "rd", "tree", "ps", "library"):
         assert comm_time_us(algo, m, 1, a, b, g) == 0.0  # one worker aggregates nothing
-    assert comm_time_us("rd", m, 8, a, b) == recursive_doubling_us(m, 8, a, b)
-    assert comm_time_us("ps", m, 8, a, b) == ps_us(m, 8, 8, a, b)  # P defaults to N
-    with pytest.raises(UsageError, match="unknown algorithm"):
+    # long names are aliases of the short ones, in one place
+    assert comm_time_us("recursive_doubling", m, 8, a, b) == comm_time_us("rd", m, 8, a, b)
+    assert costmodel.canonical("binomial-tree") == "tree" and costmodel.canonical("parameter_server") == "ps"
+    assert comm_time_us("ps", m, 8, a, b) == comm_time_us("ps", m, 8, a, b, servers=8)  # P defaults to N
+    # ps is its push plus its pull
+    assert comm_time_us("ps", m, 8, a, b, g, servers=2) == pytest.approx(
+        comm_time_us("ps_push", m, 8, a, b, g, servers=2) + comm_time_us("ps_pull", m, 8, a, b, g, servers=2))
+    with pytest.raises(UsageError, match="no cost model"):
         comm_time_us("butterfly", m, 4, a, b)
 
 
@@ -190,18 +193,20 @@ def test_comm_model_loader_shapes(tmp_path):
     fit = {"algo": "ring", "alpha_us": 3.0, "beta_us_per_byte": 1e-4, "gamma_us_per_byte": 1e-5}
     cm = CommModel.from_dict(fit)
     assert (cm.algo, cm.alpha_us, cm.beta_us_per_byte, cm.gamma_us_per_byte) == ("ring", 3.0, 1e-4, 1e-5)
-    assert cm.predict_us(1000, 4) == pytest.approx(ring_allreduce_us(1000, 4, 3.0, 1e-4, 1e-5))
+    assert cm.predict_us(1000, 4) == pytest.approx(comm_time_us("ring", 1000, 4, 3.0, 1e-4, 1e-5))
     saved = {"summary": {"fit": {"ring": {"alpha_us": 1, "beta_us_per_byte": 2e-4},
                                  "recursive_doubling": {"alpha_us": 2, "beta_us_per_byte": 3e-4}}}}
     path = tmp_path / "ar.json"
     path.write_text(json.dumps(saved))
     assert load_comm_model(path).alpha_us == 1 and load_comm_model(path).gamma_us_per_byte == 0
     rd = load_comm_model(path, "rd")
-    assert rd.formula == "recursive_doubling" and rd.alpha_us == 2
+    assert rd.formula == "rd" and rd.alpha_us == 2
     assert CommModel.from_dict({"summary": {"fit": [{"algo": "tree", "alpha_s": 1e-6, "beta_s_per_byte": 1e-9}]}}
                                ).formula == "tree"
     lib = CommModel.from_dict({"fit": {"mpi": {"alpha_us": 1, "beta_us_per_byte": 1e-4}}})
-    assert lib.formula == "ring" and "ring" in lib.note
+    assert lib.formula == "library" and not lib.note  # the library's fit is priced by its own formula
+    other = CommModel.from_dict({"fit": {"butterfly": {"alpha_us": 1, "beta_us_per_byte": 1e-4}}})
+    assert other.formula == "ring" and "ring" in other.note
     assert CommModel.from_dict(replace(cm, source="x")).alpha_us == 3.0  # an object with to_dict()
     with pytest.raises(UsageError, match="no fit for algorithm"):
         load_comm_model(path, "tree")
@@ -329,8 +334,7 @@ def test_cli_predict_algo_names_a_library_fit(tmp_path, phases_file, capsys):
     assert main(["predict", "--phases", str(phases_file), "--from", str(fit), "--algo", "mpi",
                  "--workers", "1,2", "--strategy", "wfbp", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["summary"]["comm_model"]["alpha_us"] == 5 and doc["summary"]["comm_model"]["formula"] == "ring"
-    assert any("ring" in n for n in doc["notes"])
+    assert doc["summary"]["comm_model"]["alpha_us"] == 5 and doc["summary"]["comm_model"]["formula"] == "library"
     capsys.readouterr()
 
 

@@ -8,27 +8,6 @@
 
 namespace gdl::comm {
 
-Algo parse_algo(const std::string& s) {
-  if (s == "library" || s == "mpi") return Algo::library;
-  if (s == "ring") return Algo::ring;
-  if (s == "rd") return Algo::rd;
-  if (s == "tree") return Algo::tree;
-  if (s == "ps") return Algo::ps;
-  GDL_REQUIRE(false, "unknown algorithm '", s, "' (library, ring, rd, tree, ps)");
-  return Algo::library;
-}
-
-const char* algo_name(Algo a) {
-  switch (a) {
-    case Algo::library: return "library";
-    case Algo::ring: return "ring";
-    case Algo::rd: return "rd";
-    case Algo::tree: return "tree";
-    case Algo::ps: return "ps";
-  }
-  return "?";
-}
-
 static void mpi_check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
@@ -372,6 +351,19 @@ void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm com
   GDL_REQUIRE(count <= INT_MAX, "broadcast: count above INT_MAX needs an MPI-4 library");
   GDL_MPI(MPI_Bcast(buf, static_cast<int>(count), mpi_datatype(dtype), root, comm));
 #endif
+}
+
+// One case per collective: what each is, lives in its description (comm/collective.h).
+void run_collective(const BenchSpec& spec, const void* sendbuf, void* recvbuf, MPI_Comm comm) {
+  switch (spec.coll) {
+    case Collective::allreduce:
+      if (sendbuf) allreduce(spec.algo, sendbuf, recvbuf, spec.count, spec.dtype, spec.op, comm, spec.opt);
+      else allreduce(spec.algo, recvbuf, spec.count, spec.dtype, spec.op, comm, spec.opt);
+      return;
+    case Collective::reduce_scatter: return reduce_scatter(sendbuf, recvbuf, spec.count, spec.dtype, spec.op, comm);
+    case Collective::allgather: return allgather(sendbuf, recvbuf, spec.count, spec.dtype, comm);
+    case Collective::broadcast: return broadcast(recvbuf, spec.count, spec.dtype, spec.root, comm);
+  }
 }
 
 }  // namespace gdl::comm

@@ -13,23 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/types.h"
+#include "comm/collective.h"
 
 namespace gdl::comm {
-
-enum class Algo {
-  library,  // MPI_Allreduce of the MPI library in use
-  ring,     // reduce-scatter + all-gather around a ring: 2(N-1) steps of m/N bytes
-  rd,       // recursive doubling; N not a power of two: the extra ranks fold into a partner first
-  tree,     // binomial-tree reduce to rank 0, then binomial-tree broadcast
-  ps,       // parameter server: ranks 0..P-1 each own 1/P of the buffer; push, reduce, pull
-};
-Algo parse_algo(const std::string& s);
-const char* algo_name(Algo a);
-
-struct AllreduceOptions {
-  int servers = 1;  // ps: number of server ranks P (1 <= P <= N); ranks 0..P-1 serve
-};
 
 // In place: buf holds this rank's count elements on entry and the reduction over all ranks of
 // comm on return. Every rank passes the same algo, count, dtype, op and options.
@@ -56,30 +42,8 @@ MPI_Datatype mpi_datatype(DType t);
 MPI_Op mpi_op(DType t, Op op);
 
 // --- benchmarking --------------------------------------------------------------------------
-enum class Collective { allreduce, reduce_scatter, allgather, broadcast };
-Collective parse_collective(const std::string& s);
-
-struct BenchSpec {
-  Collective coll = Collective::allreduce;
-  Algo algo = Algo::library;   // allreduce only
-  std::size_t count = 0;       // elements per rank (see the collectives above)
-  DType dtype = DType::f32;
-  Op op = Op::sum;
-  bool inplace = false;
-  int root = 0;                // broadcast
-  AllreduceOptions opt;
-  int warmup = 5;
-  int iters = 20;
-  int check_iters = 1;         // separate, untimed, exact checks (0: none)
-  double timeout_s = 0;        // > 0: abort the job when one call makes no progress this long
-  std::size_t rotate_bytes = 0;  // > 0: iterations cycle through buffers spread over this many
-                                 // bytes (as nccl-tests), so small sizes are not served from cache
-};
-
-struct BenchResult {
-  std::vector<double> samples_us;  // per iteration, the max over ranks
-  long long wrong = -1;            // wrong elements summed over ranks and check rounds; -1: no check
-};
+// The MPI call of spec.coll on a harness's buffers (sendbuf nullptr: in place, as Layout says).
+void run_collective(const BenchSpec& spec, const void* sendbuf, void* recvbuf, MPI_Comm comm);
 
 // Per timed iteration: an untimed MPI_Barrier, then one collective timed on the host steady
 // clock; the samples are reduced with MAX over ranks. The checks run after timing, on freshly

@@ -23,7 +23,7 @@ struct ConvGeometry {
   int64_t kg() const { return k / groups; }         // output channels per group
   int64_t crs() const { return cg() * r * s; }      // GEMM inner dimension per group
   int64_t pq() const { return p * q; }
-  // 2·N·K·(C/g)·R·S·P·Q: DESIGN.md's convolution FLOPs (per group, summed over groups).
+  // 2·N·K·(C/g)·R·S·P·Q: a convolution's FLOPs, per group summed over groups (docs/report.md).
   double flops() const { return 2.0 * n * k * crs() * pq(); }
 
   static int64_t out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dil) {

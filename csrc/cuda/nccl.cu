@@ -1,9 +1,11 @@
-#include <map>
+#include <chrono>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
+#include "comm/comm_attribute.h"
 #include "comm/watchdog.h"
-#include "common/timer.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
 #include "cuda/nccl.h"
@@ -22,12 +24,60 @@ int nccl_device(MPI_Comm comm) {
   return local % n;
 }
 
-ncclComm_t nccl_comm(MPI_Comm comm) {
+namespace {
+
+using sclock = std::chrono::steady_clock;
+
+double seconds_since(sclock::time_point t0) { return std::chrono::duration<double>(sclock::now() - t0).count(); }
+
+// The NCCL communicator attached to an MPI communicator; destroyed when MPI frees that one.
+struct NcclComm {
+  ncclComm_t nc = nullptr;
+  bool aborted = false;  // after ncclCommAbort: unusable, replaced on the next nccl_comm
+  ~NcclComm() {
+    if (nc && !aborted) ncclCommDestroy(nc);
+  }
+};
+
+comm::CommAttribute<NcclComm>& attached() {
+  static comm::CommAttribute<NcclComm> a;
+  return a;
+}
+
+[[noreturn]] void abort_comm(ncclComm_t nc, const std::string& why) {
+  ncclCommAbort(nc);
+  GDL_FAIL("nccl: ", why, "; the NCCL communicator was aborted");
+}
+
+// Polls the communicator's asynchronous state until `done()` or an error; on an error, or when
+// timeout_s > 0 has passed, aborts the communicator and throws.
+template <class Done>
+void poll(ncclComm_t nc, double timeout_s, const char* what, Done&& done) {
+  const auto t0 = sclock::now();
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(nc, &state);
+    if (r != ncclSuccess) abort_comm(nc, concat(what, ": ncclCommGetAsyncError: ", ncclGetErrorString(r)));
+    if (state != ncclSuccess && state != ncclInProgress)
+      abort_comm(nc, concat(what, ": ", ncclGetErrorString(state), " (", ncclGetLastError(nc), ")"));
+    if (state == ncclSuccess && done()) return;
+    if (timeout_s > 0 && seconds_since(t0) > timeout_s)
+      abort_comm(nc, concat(what, " made no progress for ", timeout_s, " s: another rank died or hangs"));
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+void nccl_issued(ncclResult_t r, ncclComm_t nc, double timeout_s, const char* what) {
+  if (r == ncclInProgress) return poll(nc, timeout_s, what, [] { return true; });
+  check_nccl(r, what, __FILE__, __LINE__);
+}
+
+ncclComm_t nccl_comm(MPI_Comm comm, double timeout_s) {
   static std::mutex mu;
-  static std::map<MPI_Comm, ncclComm_t> cache;  // one NCCL communicator per MPI communicator
   std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(comm);
-  if (it != cache.end()) return it->second;
+  if (NcclComm* c = attached().get(comm); c && !c->aborted) return c->nc;
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -35,10 +85,32 @@ ncclComm_t nccl_comm(MPI_Comm comm) {
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
-  ncclComm_t c;
-  NCCL_CHECK(ncclCommInitRank(&c, size, id, rank));
-  cache.emplace(comm, c);
-  return c;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // returns at once; poll() waits, so a missing peer cannot block us forever
+  auto c = std::make_unique<NcclComm>();
+  const ncclResult_t r = ncclCommInitRankConfig(&c->nc, size, id, rank, &config);
+  if (r != ncclInProgress && r != ncclSuccess) {
+    if (c->nc) ncclCommAbort(c->nc);
+    c->aborted = true;
+    NCCL_CHECK(r);
+  }
+  NcclComm& stored = attached().set(comm, std::move(c));
+  try {
+    poll(stored.nc, timeout_s, "ncclCommInitRankConfig", [] { return true; });
+  } catch (...) {
+    stored.aborted = true;
+    throw;
+  }
+  return stored.nc;
+}
+
+void nccl_wait(ncclComm_t nc, cudaStream_t stream, double timeout_s, const char* what) {
+  poll(nc, timeout_s, what, [&] {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaErrorNotReady) return false;
+    CUDA_CHECK(e);
+    return true;
+  });
 }
 
 ncclDataType_t nccl_dtype(comm::DType t) {
@@ -64,157 +136,104 @@ ncclRedOp_t nccl_op(comm::Op op) {
 
 void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm) {
   ncclComm_t c = nccl_comm(comm);
-  NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), c, default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(default_stream()));
+  nccl_issued(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), c, default_stream()), c, 0, "ncclAllReduce");
+  nccl_wait(c, default_stream(), 0, "ncclAllReduce");
+}
+
+// One case per collective: what each is, lives in its description (comm/collective.h). In place
+// (sendbuf nullptr) the input sits where Layout's in_at says.
+void nccl_launch(const comm::BenchSpec& spec, const void* sendbuf, void* recvbuf, ncclComm_t nc, cudaStream_t st) {
+  const ncclDataType_t dt = nccl_dtype(spec.dtype);
+  const ncclRedOp_t red = nccl_op(spec.op);
+  const std::size_t count = spec.count;
+  int rank = 0;
+  NCCL_CHECK(ncclCommUserRank(nc, &rank));
+  char* own = static_cast<char*>(recvbuf) + static_cast<std::size_t>(rank) * count * comm::dtype_size(spec.dtype);
+  ncclResult_t r = ncclSuccess;
+  switch (spec.coll) {
+    case comm::Collective::allreduce:
+      r = ncclAllReduce(sendbuf ? sendbuf : recvbuf, recvbuf, count, dt, red, nc, st);
+      break;
+    case comm::Collective::reduce_scatter:
+      r = ncclReduceScatter(sendbuf ? sendbuf : recvbuf, sendbuf ? recvbuf : own, count, dt, red, nc, st);
+      break;
+    case comm::Collective::allgather: r = ncclAllGather(sendbuf ? sendbuf : own, recvbuf, count, dt, nc, st); break;
+    case comm::Collective::broadcast: r = ncclBroadcast(recvbuf, recvbuf, count, dt, spec.root, nc, st); break;
+  }
+  nccl_issued(r, nc, spec.timeout_s, comm::describe(spec.coll).name);
 }
 
 namespace {
 
-enum class Coll { allreduce, reduce_scatter, allgather, broadcast };
-
-Coll parse(const std::string& s) {
-  if (s == "allreduce") return Coll::allreduce;
-  if (s == "reduce_scatter") return Coll::reduce_scatter;
-  if (s == "allgather") return Coll::allgather;
-  if (s == "broadcast") return Coll::broadcast;
-  GDL_REQUIRE(false, "unknown collective '", s, "' (allreduce, reduce_scatter, allgather, broadcast)");
-  return Coll::allreduce;
-}
-
-void to_device(void* dst, const std::vector<char>& src) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.size(), cudaMemcpyHostToDevice, default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(default_stream()));
-}
-
-void to_host(std::vector<char>& dst, const void* src) {
-  CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, dst.size(), cudaMemcpyDeviceToHost, default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(default_stream()));
-}
+// The exact check reaches device buffers through host copies on the process's stream.
+struct DeviceAccess {
+  cudaStream_t st;
+  std::vector<char> host;
+  void sync() { CUDA_CHECK(cudaStreamSynchronize(st)); }
+  void poison(char* p, std::size_t bytes) {
+    CUDA_CHECK(cudaMemsetAsync(p, 0xFF, bytes, st));
+    sync();
+  }
+  char* stage(char*, std::size_t bytes) {
+    host.resize(bytes);
+    return host.data();
+  }
+  void commit(char* dst, std::size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), bytes, cudaMemcpyHostToDevice, st));
+    sync();
+  }
+  const char* view(const char* src, std::size_t bytes) {
+    host.resize(bytes);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), src, bytes, cudaMemcpyDeviceToHost, st));
+    sync();
+    return host.data();
+  }
+};
 
 }  // namespace
 
-NcclBenchResult nccl_bench(MPI_Comm comm, const std::string& collective, std::size_t count, comm::DType t,
-                           comm::Op op, bool inplace, int root, int warmup, int iters, int check_iters,
-                           double timeout_s) {
-  GDL_REQUIRE(check_iters >= 0, "check iterations must be >= 0, got ", check_iters);
-  validate(TimingPlan{warmup, iters});
-  const Coll coll = parse(collective);
+comm::BenchResult nccl_bench(const comm::BenchSpec& spec, MPI_Comm comm) {
   int rank = 0, n = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &n);
-  if (coll == Coll::broadcast) GDL_REQUIRE(root >= 0 && root < n, "broadcast: root must be between 0 and ", n - 1);
-  ncclComm_t nc = nccl_comm(comm);
+  comm::validate(spec, n);
+  GDL_REQUIRE(spec.algo == comm::Algo::library, "nccl: no algorithm ", comm::algo_name(spec.algo),
+              " (NCCL chooses its own; use library)");
+  const comm::Description& d = comm::describe(spec.coll);
+  const std::string what = std::string("nccl ") + d.name;
+  // Armed before the communicator is built: a peer that never joins ends the job, not hangs it.
+  comm::Watchdog::Scope watchdog(spec.timeout_s, what);
+  ncclComm_t nc = nccl_comm(comm, spec.timeout_s);
   cudaStream_t st = default_stream();
-  const std::size_t es = comm::dtype_size(t), un = static_cast<std::size_t>(n);
-  const std::size_t ur = static_cast<std::size_t>(rank);
-
-  // Element counts (NCCL's in-place conventions: reduce-scatter leaves block `rank` in place,
-  // all-gather takes this rank's input from block `rank` of the output).
-  std::size_t send_n = count, recv_n = count;
-  if (coll == Coll::reduce_scatter) send_n = count * un;
-  if (coll == Coll::allgather) recv_n = count * un;
-  if (coll == Coll::broadcast) send_n = 0;
-  if (coll == Coll::reduce_scatter && inplace) recv_n = count * un;
-  if (inplace) send_n = 0;
-  DeviceBuffer sendb(send_n * es), recvb(recv_n * es);
+  const std::size_t es = comm::dtype_size(spec.dtype);
+  const comm::Layout l = d.layout(spec.count, n, rank, spec.root, spec.inplace, comm::InPlaceResult::own_block);
+  DeviceBuffer sendb(l.send_n * es), recvb(l.recv_n * es);
   char* sp = static_cast<char*>(sendb.data());
   char* rp = static_cast<char*>(recvb.data());
-  CUDA_CHECK(cudaMemsetAsync(rp, 0, recv_n * es, st));  // zeros stay zeros under every op, in place
-  if (send_n) CUDA_CHECK(cudaMemsetAsync(sp, 0, send_n * es, st));
+  CUDA_CHECK(cudaMemsetAsync(rp, 0, l.recv_n * es, st));  // zeros stay zeros under every op, in place
+  if (l.send_n) CUDA_CHECK(cudaMemsetAsync(sp, 0, l.send_n * es, st));
   CUDA_CHECK(cudaStreamSynchronize(st));
-  const ncclDataType_t dt = nccl_dtype(t);
 
-  auto launch = [&](ncclRedOp_t red) {
-    switch (coll) {
-      case Coll::allreduce:
-        NCCL_CHECK(ncclAllReduce(inplace ? rp : sp, rp, count, dt, red, nc, st));
-        break;
-      case Coll::reduce_scatter:
-        NCCL_CHECK(ncclReduceScatter(inplace ? rp : sp, inplace ? rp + ur * count * es : rp, count, dt, red, nc, st));
-        break;
-      case Coll::allgather:
-        NCCL_CHECK(ncclAllGather(inplace ? rp + ur * count * es : sp, rp, count, dt, nc, st));
-        break;
-      case Coll::broadcast: NCCL_CHECK(ncclBroadcast(rp, rp, count, dt, root, nc, st)); break;
-    }
-    CUDA_CHECK(cudaStreamSynchronize(st));
+  auto run_once = [&] {
+    nccl_launch(spec, l.send_n ? sp : nullptr, rp, nc, st);
+    nccl_wait(nc, st, spec.timeout_s, what.c_str());
   };
-  const ncclRedOp_t red = nccl_op(op);
-
-  comm::Watchdog::Scope watchdog(timeout_s, "nccl " + collective);
-  NcclBenchResult result;
-  result.samples_us = time_steady(TimingPlan{warmup, iters}, [&] { launch(red); }, [&] {
+  comm::BenchResult result;
+  comm::Watchdog::kick();
+  result.samples_us = time_steady(TimingPlan{spec.warmup, spec.iters}, run_once, [&] {
     comm::Watchdog::kick();
     MPI_Barrier(comm);
   });
   comm::Watchdog::kick();
   MPI_Allreduce(MPI_IN_PLACE, result.samples_us.data(), static_cast<int>(result.samples_us.size()), MPI_DOUBLE,
                 MPI_MAX, comm);
-  if (check_iters == 0) return result;
+  if (spec.check_iters == 0) return result;
 
-  long long wrong = 0;
-  std::vector<char> host_in, host_out(recv_n * es);
-  for (int c = 0; c < check_iters; ++c) {
+  DeviceAccess mem{st, {}};
+  long long wrong = comm::check_exact(spec, l, rank, n, sp, rp, mem, [&] {
     comm::Watchdog::kick();
-    const uint64_t seed = static_cast<uint64_t>(c) + 1;
-    std::vector<char> poison(recv_n * es, static_cast<char>(0xFF));
-    switch (coll) {
-      case Coll::allreduce: {
-        host_in.assign(count * es, 0);
-        comm::fill_check(host_in.data(), count, t, op, seed, rank, n);
-        if (!inplace) to_device(rp, poison);
-        to_device(inplace ? rp : sp, host_in);
-        launch(red);
-        to_host(host_out, rp);
-        wrong += comm::count_wrong(host_out.data(), count, t,
-                                   [&](std::size_t i) { return comm::check_expected(op, seed, n, i); });
-        break;
-      }
-      case Coll::reduce_scatter: {
-        host_in.assign(count * un * es, 0);
-        comm::fill_check(host_in.data(), count * un, t, op, seed, rank, n);
-        if (!inplace) to_device(rp, poison);
-        to_device(inplace ? rp : sp, host_in);
-        launch(red);
-        to_host(host_out, rp);
-        const char* res = host_out.data() + (inplace ? ur * count * es : 0);
-        wrong += comm::count_wrong(res, count, t,
-                                   [&](std::size_t i) { return comm::check_expected(op, seed, n, ur * count + i); });
-        break;
-      }
-      case Coll::allgather: {
-        to_device(rp, poison);
-        host_in.assign(count * es, 0);
-        comm::fill_check(host_in.data(), count, t, comm::Op::max, seed, rank, n, ur * count);
-        if (inplace) {
-          CUDA_CHECK(cudaMemcpyAsync(rp + ur * count * es, host_in.data(), host_in.size(), cudaMemcpyHostToDevice, st));
-          CUDA_CHECK(cudaStreamSynchronize(st));
-        } else {
-          to_device(sp, host_in);
-        }
-        launch(red);
-        to_host(host_out, rp);
-        wrong += comm::count_wrong(host_out.data(), count * un, t, [&](std::size_t j) {
-          return comm::check_value(comm::Op::max, seed, static_cast<int>(j / (count ? count : 1)), n, j);
-        });
-        break;
-      }
-      case Coll::broadcast: {
-        if (rank == root) {
-          host_in.assign(count * es, 0);
-          comm::fill_check(host_in.data(), count, t, comm::Op::max, seed, rank, n);
-          to_device(rp, host_in);
-        } else {
-          to_device(rp, poison);
-        }
-        launch(red);
-        to_host(host_out, rp);
-        wrong += comm::count_wrong(host_out.data(), count, t,
-                                   [&](std::size_t i) { return comm::check_value(comm::Op::max, seed, root, n, i); });
-        break;
-      }
-    }
-  }
+    run_once();
+  });
   comm::Watchdog::kick();
   MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, comm);
   result.wrong = wrong;

@@ -204,9 +204,9 @@ std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, cons
   std::vector<std::vector<double>> out;
   for (const auto& m : msgs) {
     auto s = time_steady(plan, [&] {
-      NCCL_CHECK(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
-                               comm_stream_));
-      CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
+      nccl_issued(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum,
+                                nc, comm_stream_), nc, 0, "ncclAllReduce");
+      nccl_wait(nc, comm_stream_, 0, "ncclAllReduce");
     }, [&] { MPI_Barrier(comm); });
     max_over_ranks(s, comm);
     out.push_back(std::move(s));
@@ -239,8 +239,8 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     CUDA_CHECK(cudaEventRecord(e_ready(i), s));
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e_ready(i), 0));
     CUDA_CHECK(cudaEventRecord(e_msg_start(i), comm_stream_));
-    NCCL_CHECK(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
-                             comm_stream_));
+    nccl_issued(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
+                              comm_stream_), nc, 0, "ncclAllReduce");
     CUDA_CHECK(cudaEventRecord(e_msg_end(i), comm_stream_));
   };
 

@@ -8,19 +8,13 @@ import argparse
 import sys
 
 from .. import collectives as C
-from .. import env
+from .. import costmodel, env
 from ..cli import common_options
 from ..errors import CheckFailed, UsageError
 from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
 from ..units import SIZE_CONVENTION, format_bytes, parse_size
 
 MAX_ROWS = 4096
-HELP = {
-    "allreduce": "all-reduce: MPI library, gdlbench's ring/rd/tree/ps, NCCL (nccl-tests flags)",
-    "reduce_scatter": "reduce-scatter (library MPI or NCCL; size = total buffer)",
-    "allgather": "all-gather (library MPI or NCCL; size = total buffer)",
-    "broadcast": "broadcast (library MPI or NCCL)",
-}
 
 
 def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -35,6 +29,7 @@ def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 def make(collective: str):
     """The (add_arguments, run) pair of one collective's subcommand."""
+    kind = C.kind(collective)
 
     def add_arguments(p: argparse.ArgumentParser) -> None:
         g = p.add_argument_group("sizes (nccl-tests: K/M/G are 1024-based; KB/MB/GB 1000-based)")
@@ -49,12 +44,13 @@ def make(collective: str):
                        help="exact correctness checks per row, untimed (default 1; 0: off)")
         p.add_argument("-d", "--dtype", "--datatype", dest="dtype", default="float32",
                        help=f"{', '.join(C.DTYPES)}; a comma list or all (default float32)")
-        if collective in ("allreduce", "reduce_scatter"):
+        if kind.reduces:
             p.add_argument("-o", "--op", default="sum", help=f"{', '.join(C.OPS)}; a comma list or all (default sum)")
-        if collective == "allreduce":
+        if len(kind.algos) > 1:
             p.add_argument("--algo", default="library",
                            help="library (MPI_Allreduce / ncclAllReduce), ring, rd (recursive doubling), tree "
-                                "(binomial reduce + broadcast), ps (parameter server); a comma list or all")
+                                "(binomial reduce + broadcast), ps (parameter server); a comma list or all "
+                                "(what the backend lacks is listed as waived)")
             p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
             p.add_argument("--fit", action="store_true",
                            help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
@@ -65,7 +61,7 @@ def make(collective: str):
             p.add_argument("--fit-min", default="0", metavar="BYTES",
                            help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
                                 "regime); errors are printed for every size (default 0: fit all)")
-        if collective == "broadcast":
+        if kind.rooted:
             p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
         else:
             p.add_argument("--mode", choices=("both", "out", "in"), default="both",
@@ -125,20 +121,28 @@ def sweep_sizes(args: argparse.Namespace) -> list[int]:
 
 
 def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
+    kind = C.kind(collective)
     sizes = sweep_sizes(args)
     dtypes = _list(args.dtype, C.DTYPES, "--dtype")
-    ops = _list(args.op, C.OPS, "--op") if collective in ("allreduce", "reduce_scatter") else [None]
-    algos = _list(args.algo, C.ALGOS, "--algo") if collective == "allreduce" else ["library"]
+    ops = _list(args.op, C.OPS, "--op") if kind.reduces else [None]
+    algos = _list(args.algo, kind.algos, "--algo") if len(kind.algos) > 1 else list(kind.algos)
     servers = getattr(args, "servers", 1)
     root = getattr(args, "root", 0)
     mode = getattr(args, "mode", "in")
-    modes = {"both": (False, True), "out": (False,), "in": (True,)}[mode] if collective != "broadcast" else (True,)
+    modes = (True,) if kind.rooted else {"both": (False, True), "out": (False,), "in": (True,)}[mode]
     backend, why = C.resolve_backend(args.backend, args.device)
+    combos, waived = [], []
     for dtype in dtypes:
         for op in ops:
             for algo in algos:
+                if (reason := C.waived(backend, algo, dtype)) is not None:
+                    waived.append(C.WaivedRow(collective, dtype, op, algo, backend, reason))
+                    continue
                 C.validate(collective, dtype, op, algo, backend, nranks, servers, root, args.iters, args.warmup,
                            args.check, args.timeout)
+                combos.append((dtype, op, algo))
+    if not combos:
+        raise UsageError(f"nothing to run: {waived[0].waived}")
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
     fit_min = 0
@@ -152,7 +156,8 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
-    return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "modes": modes, "backend": backend,
+    return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "combos": combos, "waived": waived,
+            "modes": modes, "backend": backend,
             "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min,
             "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "json": json_out, "csv": csv_out}
 
@@ -162,7 +167,7 @@ def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
     if plan["backend"] != "mpi":
         return
     biggest = max(max(plan["sizes"]), plan["rotate"])  # bytes of one buffer (pool, when rotating)
-    per_rank = {"allreduce": 3, "reduce_scatter": 2, "allgather": 2, "broadcast": 1}[collective] * biggest
+    per_rank = C.kind(collective).host_buffers * biggest
     need = per_rank * env.local_ranks()
     available = None
     if env.rank() == 0:
@@ -175,18 +180,19 @@ def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
                          f"({env.local_ranks()} ranks), {format_bytes(available)} available")
 
 
-def _columns(collective: str, modes: tuple[bool, ...], many_algos: bool) -> list[Column]:
+def _columns(collective: str, modes: tuple[bool, ...]) -> list[Column]:
+    kind = C.kind(collective)
     cols = [Column("size (B)", "size_bytes"), Column("count", "count"), Column("type", "dtype")]
-    if collective in ("allreduce", "reduce_scatter"):
+    if kind.reduces:
         cols.append(Column("redop", "op"))
-    if collective == "broadcast":
+    if kind.rooted:
         cols.append(Column("root", "root"))
-    if many_algos or collective == "allreduce":
+    if len(kind.algos) > 1:
         cols.append(Column("algo", "algo"))
     for mode in modes:
         tag = "in" if mode else "out"
         label = "in-place" if mode else "out-of-place"
-        if collective == "broadcast":
+        if kind.rooted:  # one buffer: no mode to name
             label = ""
         pre = f"{label} " if label else ""
         cols += [Column(f"{pre}time (us)", f"{tag}_time_us", fmt_float(1)),
@@ -197,17 +203,17 @@ def _columns(collective: str, modes: tuple[bool, ...], many_algos: bool) -> list
     return cols
 
 
-def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
+def _table_rows(results: list[C.CollectiveResult], waived: list[C.WaivedRow]) -> list[dict]:
     merged: dict[tuple, dict] = {}
     for r in results:
         key = (r.size_bytes, r.dtype, r.op, r.algo)
         row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
-                                      "algo": r.algo if r.algo != "ps" else f"ps(P={r.servers})", "root": r.root})
+                                      "algo": C.algo_label(r.algo, r.servers), "root": r.root})
         tag = "in" if r.inplace else "out"
         row.update({f"{tag}_time_us": r.time_us, f"{tag}_time_us_p95": r.measurement.p95,
                     f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
         row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
-    return list(merged.values())
+    return list(merged.values()) + [{"dtype": w.dtype, "op": w.op, "algo": f"{w.algo} (waived)"} for w in waived]
 
 
 def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
@@ -216,7 +222,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     env.local_ranks()  # collective (Split_type), cached: env.collect() on rank 0 alone must not call it first
     if plan["backend"] == "mpi":
         C._core.keep_freed_memory(1 << 30)
-    combos = [(d, o, a) for d in plan["dtypes"] for o in plan["ops"] for a in plan["algos"]]
+    combos = plan["combos"]
     total = len(combos) * len(plan["sizes"]) * len(plan["modes"])
     progress = Progress(total, collective, enabled=is_root)
     results: list[C.CollectiveResult] = []
@@ -236,9 +242,9 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
         fits, gamma_note = _fit(results, plan, comm)
 
     wrong_rows = sum(1 for r in results if r.wrong)
-    region = C.region(plan["backend"], plan["algos"])
+    region = C.region(plan["backend"], [a for _, _, a in combos])
     notes = [f"sizes: {SIZE_CONVENTION}"]
-    if collective in ("reduce_scatter", "allgather"):
+    if C.kind(collective).size_is_total:
         notes.append("size = the total buffer (N blocks of count elements), as nccl-tests; count is per rank")
     if nranks == 1:
         notes.append("busbw is 0: with 1 rank nothing crosses a link (run under mpiexec -n N; "
@@ -253,16 +259,17 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
                      "starts from memory, not from cache")
     if gamma_note:
         notes.append(gamma_note)
+    notes += [f"waived (not run): {why}" for why in dict.fromkeys(w.waived for w in plan["waived"])]
     report = Report(
         collective, vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
         env.collect() if is_root else {},
         {"clock": "steady-clock", "region": region, "rank_reduction": "max",
          "rank_reduction_detail": "each iteration's time is the max over ranks (MPI_Allreduce MAX)",
-         "busbw_factor": {"allreduce": "2(N-1)/N", "reduce_scatter": "(N-1)/N", "allgather": "(N-1)/N",
-                          "broadcast": "1"}[collective]},
-        rows=[r.to_dict() for r in results],
+         "busbw_factor": C.kind(collective).bus_factor_formula},
+        rows=[r.to_dict() for r in results] + [w.to_dict() for w in plan["waived"]],
         summary={"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
                  "rows_with_wrong": wrong_rows if args.check else None,
+                 "rows_waived": len(plan["waived"]),
                  "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
                  **({"fit": [f.to_dict() for f in fits]} if plan["fit"] else {})},
         notes=notes)
@@ -302,8 +309,7 @@ def _print(collective, args, plan, results, fits, report, nranks):
              f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
     caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
                f"busbw = algbw x {report.timing['busbw_factor']}; GB/s = 1e9 B/s")
-    many = len(plan["algos"]) > 1
-    print_table(title, _columns(collective, plan["modes"], many), _table_rows(results), caption=caption)
+    print_table(title, _columns(collective, plan["modes"]), _table_rows(results, plan["waived"]), caption=caption)
     bad = sum(1 for r in results if r.wrong)
     lines = [f"backend {plan['backend']} ({plan['backend_why']})",
              f"timed region: {report.timing['region']}",
@@ -328,7 +334,7 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
     rows = []
     for f in fits:
         d = f.to_dict()
-        rows.append({"name": f.algo + (f"(P={f.servers})" if f.algo == "ps" else ""),
+        rows.append({"name": C.algo_label(f.algo, f.servers),
                      "type": f"{f.group.get('dtype')} {f.group.get('op') or ''} "
                              f"{'in' if f.group.get('inplace') else 'out'}",
                      "regimes": "; ".join(f">= {_size(m0)}: a {a:.2f} us, {1e-3 / b if b else float('inf'):.2f} GB/s"
@@ -346,10 +352,10 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
             Column("beta (ns/B)", "beta", "{:.5f}"), Column("1/beta (GB/s)", "link", fmt_float(3)),
             Column("gamma (ns/B)", "gamma", "{:.5f}"), Column("median err %", "err", fmt_float(1)),
             Column("median err % (>= 64 KiB)", "err64", fmt_float(1)), Column("max err %", "max", fmt_float(1))]
-    print_table("alpha-beta fit (least squares on relative error; DESIGN.md section 3 formulas)", cols, rows,
+    print_table("alpha-beta fit (least squares on relative error; formulas: docs/model.md)", cols, rows,
                 caption="; ".join([f"fitted on sizes >= {fits[0].fit_min_bytes} B" if fits[0].fit_min_bytes
                                    else "fitted on every size"]
-                                  + [f"{a}: t = {C.FIT_FORMULAS[a]}" for a in dict.fromkeys(f.algo for f in fits)]))
+                                  + [f"{a}: t = {costmodel.formula(a)}" for a in dict.fromkeys(f.algo for f in fits)]))
     pts = []
     for f in fits:
         for m, t, p, e in zip(f.sizes_bytes, f.measured_us, f.predicted_us, f.rel_errors(), strict=True):

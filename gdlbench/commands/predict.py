@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         "net": net.name, "params": net.params, "gradient_bytes": net.param_bytes(), "batch": phases.batch,
         "phases": phases.to_dict(), "comm_model": comm.to_dict(), "workers": workers,
         "strategies": [s.to_dict() for s in strategies],
-        "model": "DESIGN.md section 3 (gdlbench.model): serial, prefetch, WFBP recurrence, fusion, PS",
+        "model": "docs/model.md (gdlbench.model): serial, prefetch, WFBP recurrence, fusion, PS",
         "speedup": "S(N) = N t_iter(1) / t_iter(N), same strategy, weak scaling (fixed batch per worker)",
         "size_convention": SIZE_CONVENTION,
     }
