@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import requires_gpu, run_cli
+from helpers import requires_gpu, run_cli
 
 import gdlbench
 from gdlbench import _core, conv_layers

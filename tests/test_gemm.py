@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import requires_gpu, run_cli
+from helpers import requires_gpu, run_cli
 
 import gdlbench
 from gdlbench.gemm import TOLERANCE, compare

@@ -7,7 +7,7 @@ from __future__ import annotations
 import layer_refs as ref
 import numpy as np
 import pytest
-from conftest import requires_gpu
+from helpers import requires_gpu
 
 from gdlbench._native import _core, _cuda
 
@@ -272,7 +272,7 @@ def test_builtin_layers_build_and_time():
 def test_cli_layer_json(tmp_path):
     import json
 
-    from conftest import run_cli
+    from helpers import run_cli
 
     out = tmp_path / "l.json"
     p = run_cli("layer", "--layer", "alexnet-loss,resnet50-avgpool", "-b", "2", "-n", "2", "--device", "cpu",

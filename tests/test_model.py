@@ -8,7 +8,7 @@ import math
 from dataclasses import replace
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from gdlbench import costmodel
 from gdlbench.cli import main
@@ -445,7 +445,7 @@ def test_user_strategy_file(tmp_path):
 def test_cli_predict_measures_the_phases_on_the_spot(tmp_path):
     from pathlib import Path
 
-    from conftest import run_cli
+    from helpers import run_cli
 
     mlp = str(Path(__file__).parent / "data" / "mlp.json")
     out = tmp_path / "p.json"

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from gdlbench.cli import main
 from gdlbench.errors import UsageError

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import requires_gpu, run_cli
+from helpers import requires_gpu, run_cli
 
 from gdlbench import copy as gcopy
 from gdlbench import io as gio

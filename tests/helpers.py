@@ -1,4 +1,5 @@
-"""Shared test helpers: GPU skip marker and a runner for multi-rank jobs under the venv's mpiexec."""
+"""Shared test helpers (imported by the test modules): GPU skip marker and a runner for multi-rank
+jobs under the venv's mpiexec."""
 
 from __future__ import annotations
 
