@@ -8,6 +8,7 @@
 #include "bind_comm_bench.h"
 #include "bind_core.h"
 #include "comm/allreduce.h"
+#include "comm/comm_attribute.h"
 
 namespace py = pybind11;
 
@@ -68,6 +69,10 @@ void bind_comm(py::module_& m) {
       py::arg("count"), py::arg("dtype"), py::arg("op"), py::arg("warmup") = 2, py::arg("iters") = 10,
       "Time the local reduction a op= b over count elements (the cost model's gamma).");
 
+  m.def("comm_serial", [](py::object comm) { return comm::comm_serial(get_comm(comm)); }, py::arg("comm"),
+        "A number naming this communicator while it lives, held as an MPI attribute (freed with it): a "
+        "communicator created later never gets an old one's, even under a reused handle. The NCCL "
+        "communicators are attached the same way.");
   m.def(
       "keep_freed_memory",
       [](std::size_t bytes) {

@@ -34,13 +34,15 @@ void bind_net(py::module_& m) {
   bind_net_class<cpu::Net>(
       m, "A network's CPU layers with every buffer, timed per phase and composed.",
       [](cpu::Net& n, const TimingPlan& plan, const std::vector<Message>& msgs, const std::string& algo, int servers,
-         MPI_Comm c) { return n.time_messages(plan, msgs, allreduce_for(algo, servers, c), c); },
+         MPI_Comm c, double timeout_s) {
+        return n.time_messages(plan, msgs, allreduce_for(algo, servers, c), c, timeout_s);
+      },
       [](cpu::Net& n, const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap, const std::string& algo,
          int servers, MPI_Comm c, const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
-         IterationTrace* trace) {
+         IterationTrace* trace, double timeout_s) {
         const DupComm comm_thread(c);
         return n.time_iteration(plan, msgs, overlap, allreduce_for(algo, servers, comm_thread.comm), io, prefetch, sgd,
-                                c, trace);
+                                c, trace, timeout_s);
       });
 }
 

@@ -18,15 +18,15 @@ void bind_cuda_net(py::module_& m) {
   bind_net_class<cuda::Net>(
       m, "A network's CUDA layers with every device buffer, timed per phase and composed.",
       [](cuda::Net& n, const TimingPlan& plan, const std::vector<Message>& msgs, const std::string& algo, int,
-         MPI_Comm c) {
+         MPI_Comm c, double timeout_s) {
         require_nccl(algo);
-        return n.time_messages(plan, msgs, c);
+        return n.time_messages(plan, msgs, c, timeout_s);
       },
       [](cuda::Net& n, const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap, const std::string& algo,
          int, MPI_Comm c, const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
-         IterationTrace* trace) {
+         IterationTrace* trace, double timeout_s) {
         require_nccl(algo);
-        return n.time_iteration(plan, msgs, overlap, io, prefetch, sgd, c, trace);
+        return n.time_iteration(plan, msgs, overlap, io, prefetch, sgd, c, trace, timeout_s);
       });
 }
 

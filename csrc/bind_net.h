@@ -40,8 +40,8 @@ inline py::dict trace_dict(const IterationTrace& t) {
   return d;
 }
 
-// Messages(net, plan, msgs, algo, servers, comm) -> per-message samples;
-// Iterate(net, plan, msgs, overlap, algo, servers, comm, io, prefetch, sgd, trace*) -> samples.
+// Messages(net, plan, msgs, algo, servers, comm, timeout_s) -> per-message samples;
+// Iterate(net, plan, msgs, overlap, algo, servers, comm, io, prefetch, sgd, trace*, timeout_s) -> samples.
 // Both run with the GIL released; io takes it back on its own thread.
 template <class NetT, class Messages, class Iterate>
 void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate iterate) {
@@ -96,16 +96,18 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
         return n.time_h2d(TimingPlan{warmup, iters});
       }, py::arg("warmup"), py::arg("iters"))
       .def("time_messages", [messages](NetT& n, const MessageList& msgs, const std::string& algo, int servers,
-                                       py::object comm, int warmup, int iters) {
+                                       py::object comm, int warmup, int iters, double timeout_s) {
         const MPI_Comm c = get_comm(comm);
         const auto plan = to_messages(msgs);
         py::gil_scoped_release nogil;
-        return messages(n, TimingPlan{warmup, iters}, plan, algo, servers, c);
+        return messages(n, TimingPlan{warmup, iters}, plan, algo, servers, c, timeout_s);
       }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("warmup"),
-         py::arg("iters"), "Per message (offset, count, ready_after): samples (us) of sending it alone, max over ranks.")
+         py::arg("iters"), py::arg("timeout_s") = 0.0,
+         "Per message (offset, count, ready_after): samples (us) of sending it alone, max over ranks. "
+         "timeout_s > 0: end the job when a sample makes no progress that long.")
       .def("time_iteration", [iterate](NetT& n, const MessageList& msgs, bool overlap, const std::string& algo,
                                        int servers, py::object comm, std::optional<py::function> io, bool prefetch,
-                                       int warmup, int iters, float lr, float momentum, float wd) {
+                                       int warmup, int iters, float lr, float momentum, float wd, double timeout_s) {
         const MPI_Comm c = get_comm(comm);
         const auto plan = to_messages(msgs);
         std::function<void()> io_fn;
@@ -118,13 +120,14 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
         {
           py::gil_scoped_release nogil;
           samples = iterate(n, TimingPlan{warmup, iters}, plan, overlap, algo, servers, c, io_fn, prefetch,
-                            SgdConfig{lr, momentum, wd}, &trace);
+                            SgdConfig{lr, momentum, wd}, &trace, timeout_s);
         }
         return py::make_tuple(samples, trace_dict(trace));
       }, py::arg("messages"), py::arg("overlap"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("io"),
          py::arg("prefetch"), py::arg("warmup"), py::arg("iters"), py::arg("lr") = 0.01f,
-         py::arg("momentum") = 0.9f, py::arg("weight_decay") = 1e-4f,
-         "The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank).");
+         py::arg("momentum") = 0.9f, py::arg("weight_decay") = 1e-4f, py::arg("timeout_s") = 0.0,
+         "The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank). "
+         "timeout_s > 0: end the job when an iteration makes no progress that long.");
 }
 
 }  // namespace gdl::bind

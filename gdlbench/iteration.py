@@ -16,12 +16,14 @@ it otherwise), then the update; one sample per iteration, max over ranks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 from . import env
 from ._native import MPI, _core, require_cuda
+from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
 from .measurement import Measurement
 from .model import Phases, Prediction, predict_iteration
@@ -183,7 +185,7 @@ class Iteration:
                  strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
                  threads: int | None = None, io: bool = True, io_dir: str | None = None,
                  io_threads: int | None = None, comm: MPI.Intracomm | None = None,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.net = load_network(net)
         self.device, self.device_why = env.resolve_device(device)
         self.batch = batch if batch is not None else default_batch(self.net.name, self.device)
@@ -199,6 +201,9 @@ class Iteration:
         if iters < 1 or warmup < 0:
             raise UsageError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
         self.iters, self.warmup = iters, warmup
+        if not (timeout >= 0 and math.isfinite(timeout)):
+            raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
+        self.timeout = float(timeout)  # a message or iteration without progress this long ends the job
         self.threads = threads or env.default_threads()
         self.io, self.io_dir, self.io_threads = io, io_dir, io_threads
         self.comm = comm or MPI.COMM_WORLD
@@ -268,9 +273,10 @@ class Iteration:
                 algo = "library"  # ncclAllReduce
             self.progress(f"{strategy.name}: {len(mplan.messages)} messages alone, then the composed iteration")
             msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
-                   for s in net.time_messages(mplan.messages, algo, servers, self.comm, **plan)]
+                   for s in net.time_messages(mplan.messages, algo, servers, self.comm, **plan,
+                                              timeout_s=self.timeout)]
             samples, trace = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
-                                                io_fn, strategy.io_prefetch, **plan)
+                                                io_fn, strategy.io_prefetch, **plan, timeout_s=self.timeout)
             composed = Measurement(samples, "steady-clock", "one composed iteration, max over ranks")
             executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
             pred = predict_iteration(self.net, model_phases, None, executed, self.comm.Get_size(),

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import GDLBENCH_CMD, MPIEXEC, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
+from helpers import GDLBENCH_CMD, MPIEXEC, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -408,3 +408,23 @@ def test_collective_descriptions_drive_the_cli():
             assert costmodel.known(k.cost_name(algo)), (k.name, algo)
     with pytest.raises(UsageError, match="unknown collective"):
         C.kind("alltoall")
+
+
+def test_per_communicator_state_is_not_keyed_by_the_handle():
+    """Per-communicator native state (the NCCL communicators; here the serial that shares their
+    mechanism) lives in an MPI attribute, freed with the communicator: MPICH hands a freed handle
+    out again, and the new communicator must not find the old one's state."""
+    from gdlbench._native import MPI, _core
+
+    a = MPI.COMM_WORLD.Dup()
+    first = _core.comm_serial(a)
+    assert _core.comm_serial(a) == first  # cached while it lives
+    handle = MPI._handleof(a)
+    a.Free()
+    b = MPI.COMM_WORLD.Dup()
+    try:
+        assert _core.comm_serial(b) != first
+        if MPI._handleof(b) == handle:  # the reuse that a handle-keyed cache would get wrong
+            assert _core.comm_serial(b) != first
+    finally:
+        b.Free()

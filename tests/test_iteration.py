@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import requires_gpu, run_cli, run_mpi
+from helpers import requires_gpu, run_cli, run_mpi
 
 from gdlbench import _core
 from gdlbench.iteration import Iteration, plan_messages
@@ -176,3 +176,36 @@ def test_cuda_iteration_runs():
     assert r.phases["forward"].clock == "cuda-events"
     for run in r.runs:
         assert run.composed.median > 0 and len(run.trace["message_end_us"]) == len(run.plan.messages)
+
+
+# A peer that hangs during the executor's timed loops: rank 1 stops itself (SIGSTOP: it never
+# exits, so only the watchdog can end the job) while both ranks time messages or iterations.
+HANG_CODE = f"""
+import os, signal, sys, threading
+from mpi4py import MPI
+from gdlbench import _core
+from gdlbench.iteration import plan_messages
+from gdlbench.network import load_network
+from gdlbench.strategies import get_strategies
+net = load_network({MLP!r})
+exe = _core.Net(net.layer_specs(), 2)
+plan = plan_messages(net, get_strategies("wfbp")[0], exe.layer_param_offset)
+if MPI.COMM_WORLD.rank == 1:
+    threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
+if sys.argv[1] == "messages":
+    exe.time_messages(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, 10**8, timeout_s=3)
+else:
+    exe.time_iteration(plan.messages, True, "ring", 1, MPI.COMM_WORLD, None, False, 0, 10**8, timeout_s=3)
+"""
+
+
+@pytest.mark.parametrize("loop", ["messages", "iteration"])
+def test_a_hung_peer_ends_the_timed_loops(loop):
+    import sys
+    import time
+
+    start = time.monotonic()
+    p = run_mpi(2, sys.executable, "-c", HANG_CODE, loop, timeout=60)
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    assert time.monotonic() - start < 1.5 + 3 + 15
+    assert "made no progress for 3 s" in p.stderr, p.stderr

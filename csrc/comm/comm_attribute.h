@@ -5,8 +5,8 @@
 #pragma once
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
-#include <mutex>
 
 #include "common/errors.h"
 
@@ -46,5 +46,14 @@ class CommAttribute {
     return MPI_SUCCESS;
   }
 };
+
+// A number that names comm for as long as it lives: no two communicators get the same one, even
+// when MPI hands a freed communicator's handle out again. Keyed as the NCCL communicators are.
+inline long long comm_serial(MPI_Comm comm) {
+  static CommAttribute<long long> serials;
+  static std::atomic<long long> next{1};
+  if (const long long* s = serials.get(comm)) return *s;
+  return serials.set(comm, std::make_unique<long long>(next++));
+}
 
 }  // namespace gdl::comm

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/timed.h"
 #include "cpu/blas.h"
 #include "cpu/sgd.h"
 
@@ -17,11 +18,6 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
-}
-
-// Per-sample max over ranks, so a row is as slow as its slowest rank.
-void max_over_ranks(std::vector<double>& samples, MPI_Comm comm) {
-  MPI_Allreduce(MPI_IN_PLACE, samples.data(), static_cast<int>(samples.size()), MPI_DOUBLE, MPI_MAX, comm);
 }
 
 // The communication thread: sends queued messages in order, records when each started and ended.
@@ -81,6 +77,7 @@ class CommThread {
         err = e.what();
       }
       end_[i] = us_since(t0);
+      comm::Watchdog::kick();  // a message done is progress
       {
         std::lock_guard<std::mutex> g(mu_);
         if (!err.empty()) error_ = err;
@@ -211,23 +208,21 @@ std::vector<double> Net::time_h2d(const TimingPlan& plan) {
 }
 
 std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
-                                                    const AllreduceFn& allreduce, MPI_Comm comm) {
-  std::vector<std::vector<double>> out;
-  for (const auto& m : msgs) {
+                                                    const AllreduceFn& allreduce, MPI_Comm comm, double timeout_s) {
+  for (const auto& m : msgs)
     GDL_REQUIRE(m.offset >= 0 && m.count > 0 && m.offset + m.count <= param_count(), "message [", m.offset, ", +",
                 m.count, ") is outside the gradient buffer");
-    auto s = time_steady(plan, [&] { allreduce(grads_.data() + m.offset, m.count); }, [&] { MPI_Barrier(comm); });
-    max_over_ranks(s, comm);
-    out.push_back(std::move(s));
-  }
-  return out;
+  return comm::time_each_message(plan, msgs.size(), comm, timeout_s, "a message's all-reduce", [&](std::size_t i) {
+    allreduce(grads_.data() + msgs[i].offset, msgs[i].count);
+  });
 }
 
 std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                         const AllreduceFn& allreduce, const std::function<void()>& io,
                                         bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
-                                        IterationTrace* last_trace) {
+                                        IterationTrace* last_trace, double timeout_s) {
   validate(plan);
+  comm::Watchdog::Scope watchdog(timeout_s, "the composed iteration");
   const auto ready_at = messages_by_layer(msgs, param_count(), layers());
 
   CommThread comm_thread(msgs, allreduce, grads_.data());
@@ -236,6 +231,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
   IterationTrace trace;
   BatchLoader loader(io, prefetch);
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
+    comm::Watchdog::kick();
     MPI_Barrier(comm);  // untimed: every rank starts the iteration together
     const auto t0 = clock_type::now();
     comm_thread.begin_iteration(t0);
@@ -261,7 +257,8 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     if (it >= plan.warmup) samples.push_back(trace.update_end);
   }
   loader.wait();
-  max_over_ranks(samples, comm);
+  comm::Watchdog::kick();
+  comm::max_over_ranks(samples, comm);
   if (last_trace) {
     trace.message_start = comm_thread.starts();
     trace.message_end = comm_thread.ends();

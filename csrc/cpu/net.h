@@ -44,8 +44,10 @@ class Net {
   std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
   std::vector<double> time_h2d(const TimingPlan& plan);  // memcpy of a batch into the input buffer
   // Each message of the plan sent alone, with a barrier before every sample; max over ranks.
+  // timeout_s > 0 (here and in time_iteration): a watchdog (comm/watchdog.h) ends the job when
+  // no sample or iteration makes progress for that long (a dead or hung peer).
   std::vector<std::vector<double>> time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
-                                                 const AllreduceFn& allreduce, MPI_Comm comm);
+                                                 const AllreduceFn& allreduce, MPI_Comm comm, double timeout_s = 0);
 
   // The composed iteration. `overlap`: messages start as soon as they are ready (WFBP) on the
   // communication thread; otherwise all of them go after backward. `prefetch` runs the next
@@ -53,7 +55,7 @@ class Net {
   std::vector<double> time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                      const AllreduceFn& allreduce, const std::function<void()>& io,
                                      bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
-                                     IterationTrace* last_trace);
+                                     IterationTrace* last_trace, double timeout_s = 0);
 
   void forward();
   // Zeroes the activation gradients, then runs every layer's backward, last first, calling

@@ -3,6 +3,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/timed.h"
 #include "cuda/cuda_timer.h"
 #include "cuda/net.h"
 #include "cuda/nccl.h"
@@ -12,10 +13,6 @@ namespace gdl::cuda {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
-
-void max_over_ranks(std::vector<double>& samples, MPI_Comm comm) {
-  MPI_Allreduce(MPI_IN_PLACE, samples.data(), static_cast<int>(samples.size()), MPI_DOUBLE, MPI_MAX, comm);
-}
 
 std::unique_ptr<DeviceBuffer> floats(int64_t n) {
   return std::make_unique<DeviceBuffer>(static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(float));
@@ -197,30 +194,26 @@ std::vector<double> Net::time_h2d(const TimingPlan& plan) {
 }
 
 std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
-                                                    MPI_Comm comm) {
+                                                    MPI_Comm comm, double timeout_s) {
   messages_by_layer(msgs, param_count_, layers());
-  ncclComm_t nc = nccl_comm(comm);
+  ncclComm_t nc = nccl_comm(comm, timeout_s);
   auto* g = static_cast<float*>(grads_->data());
-  std::vector<std::vector<double>> out;
-  for (const auto& m : msgs) {
-    auto s = time_steady(plan, [&] {
-      nccl_issued(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum,
-                                nc, comm_stream_), nc, 0, "ncclAllReduce");
-      nccl_wait(nc, comm_stream_, 0, "ncclAllReduce");
-    }, [&] { MPI_Barrier(comm); });
-    max_over_ranks(s, comm);
-    out.push_back(std::move(s));
-  }
-  return out;
+  return comm::time_each_message(plan, msgs.size(), comm, timeout_s, "a message's ncclAllReduce", [&](std::size_t i) {
+    const auto& m = msgs[i];
+    nccl_issued(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
+                              comm_stream_), nc, timeout_s, "ncclAllReduce");
+    nccl_wait(nc, comm_stream_, timeout_s, "ncclAllReduce");
+  });
 }
 
 std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                         const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
-                                        MPI_Comm comm, IterationTrace* last_trace) {
+                                        MPI_Comm comm, IterationTrace* last_trace, double timeout_s) {
   validate(plan);
   const auto ready_at = messages_by_layer(msgs, param_count_, layers());
   const cudaStream_t s = context().stream;
-  ncclComm_t nc = nccl_comm(comm);
+  comm::Watchdog::Scope watchdog(timeout_s, "the composed iteration");
+  ncclComm_t nc = nccl_comm(comm, timeout_s);
   auto* g = static_cast<float*>(grads_->data());
   // Events: iteration start, h2d end, forward end, per layer backward end, per message ready /
   // start / end, comm done, update end.
@@ -240,7 +233,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e_ready(i), 0));
     CUDA_CHECK(cudaEventRecord(e_msg_start(i), comm_stream_));
     nccl_issued(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
-                              comm_stream_), nc, 0, "ncclAllReduce");
+                              comm_stream_), nc, timeout_s, "ncclAllReduce");
     CUDA_CHECK(cudaEventRecord(e_msg_end(i), comm_stream_));
   };
 
@@ -251,6 +244,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
   BatchLoader loader(io, prefetch);
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
     CUDA_CHECK(cudaDeviceSynchronize());
+    comm::Watchdog::kick();
     MPI_Barrier(comm);
     const auto t0 = clock_type::now();
     CUDA_CHECK(cudaEventRecord(e_start, s));
@@ -271,12 +265,13 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     CUDA_CHECK(cudaStreamWaitEvent(s, e_comm, 0));  // the update needs every reduced gradient
     update(sgd);
     CUDA_CHECK(cudaEventRecord(e_update, s));
-    CUDA_CHECK(cudaEventSynchronize(e_update));
+    nccl_wait(nc, s, timeout_s, "the iteration's all-reduces");  // the update waited for them on s
     const double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     if (it >= plan.warmup) samples.push_back(us);
   }
   loader.wait();
-  max_over_ranks(samples, comm);
+  comm::Watchdog::kick();
+  comm::max_over_ranks(samples, comm);
   if (last_trace) {
     CUDA_CHECK(cudaDeviceSynchronize());
     // Device times from the start event; the host's I/O wait comes first on the host clock.

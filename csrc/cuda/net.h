@@ -34,14 +34,16 @@ class Net {
   std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
   std::vector<double> time_h2d(const TimingPlan& plan);  // pinned host batch -> device input
   // Each message alone (NCCL, in place), barrier before each sample, max over ranks.
+  // timeout_s > 0 (here and in time_iteration): a watchdog (comm/watchdog.h) ends the job when no
+  // sample or iteration makes progress for that long; NCCL waits abort the communicator too.
   std::vector<std::vector<double>> time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
-                                                 MPI_Comm comm);
+                                                 MPI_Comm comm, double timeout_s = 0);
   // The composed iteration, host steady clock from the iteration's start to the device finishing
   // its update; max over ranks. io (may be empty) reads the next batch, on a host thread when
   // prefetching.
   std::vector<double> time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                      const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
-                                     MPI_Comm comm, IterationTrace* last_trace);
+                                     MPI_Comm comm, IterationTrace* last_trace, double timeout_s = 0);
 
   void forward();
   void backward(const std::function<void(int)>& after_layer = {});

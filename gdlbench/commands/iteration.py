@@ -7,6 +7,7 @@ import argparse
 
 from .. import env
 from ..cli import common_options
+from ..collectives import DEFAULT_TIMEOUT_S
 from ..errors import UsageError
 from ..iteration import Iteration, IterationResult
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
@@ -20,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, help="per-worker batch (default: per net and device; printed)")
     p.add_argument("--strategy", default=DEFAULT_STRATEGIES,
                    help=f"a preset, a comma-separated list, or all (default {DEFAULT_STRATEGIES})")
+    p.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"abort the job when a message or an iteration makes no progress for this many seconds "
+                        f"(a dead or hung rank); default {DEFAULT_TIMEOUT_S:g}, 0: off")
     p.add_argument("--no-io", dest="io", action="store_false", help="leave out the data I/O phase")
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
     p.add_argument("--plot", metavar="FILE.png", help="phase breakdown per strategy, predicted (needs gdlbench[plot])")
@@ -107,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--batch must be >= 1, got {args.batch}")
     root = env.rank() == 0
     it = Iteration(args.net, args.batch, args.device, args.strategy, iters=args.iters, warmup=args.warmup,
-                   threads=args.threads, io=args.io, io_dir=args.io_dir, progress=_progress(root))
+                   threads=args.threads, io=args.io, io_dir=args.io_dir, progress=_progress(root),
+                   timeout=args.timeout)
     result = it.measure()
     if not root:
         return 0
