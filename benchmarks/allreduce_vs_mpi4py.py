@@ -39,9 +39,9 @@ def mpi4py_loop(comm, nbytes: int, iters: int, warmup: int) -> float:
 
 
 def gdlbench_run(comm, nbytes: int, iters: int, warmup: int, algo: str = "library") -> float:
-    samples, _ = _core.comm_bench(comm, "allreduce", algo, nbytes // 4, "float32", "sum", False, 0, 1, warmup,
-                                  iters, 0, 0.0)
-    return float(np.median(samples))
+    spec = _core.BenchSpec(collective="allreduce", algo=algo, count=nbytes // 4, warmup=warmup, iters=iters,
+                           check_iters=0)
+    return float(np.median(_core.comm_bench(comm, spec).samples_us))
 
 
 def main() -> int:

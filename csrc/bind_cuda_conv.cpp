@@ -1,7 +1,5 @@
-// Standalone cuDNN convolution timing and checks for gdlbench.conv: builds the "conv" cuda layer
-// on its own device buffers (filled with cuda::fill), times each pass with CUDA events
-// (cuda/cuda_timer.h), or every algorithm with all_algos, and runs the three passes once for the
-// host's float64 check.
+// Bindings for the standalone cuDNN convolution benchmark (cuda/conv_bench.h): a geometry dict
+// and options in, rows and raw result bytes out.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,7 +13,7 @@
 #include "common/conv_geometry.h"
 #include "cuda/check.h"
 #include "cuda/conv.h"
-#include "cuda/cuda_timer.h"
+#include "cuda/conv_bench.h"
 #include "cuda/device.h"
 
 namespace py = pybind11;
@@ -26,8 +24,6 @@ namespace {
 using cuda::ConvPass;
 
 constexpr ConvPass kPasses[] = {ConvPass::fwd, ConvPass::bwd_data, ConvPass::bwd_filter};
-// Seeds of the test data; gdlbench/conv.py regenerates the same values on the host.
-constexpr uint64_t kSeedX = 11, kSeedW = 5, kSeedB = 6, kSeedDy = 7, kSeedDx0 = 13;
 
 int64_t geo(const py::dict& g, const char* key, int64_t fallback = -1) {
   if (!g.contains(key)) {
@@ -92,146 +88,50 @@ LayerSpec make_spec(const py::dict& g, const std::string& dtype, const std::stri
   return s;
 }
 
-// The layer plus device buffers for every tensor, filled with test data.
-struct ConvRig {
-  std::unique_ptr<cuda::ConvLayer> layer;
-  std::unique_ptr<cuda::DeviceBuffer> x, y, dy, dx, params, grads;
-  std::size_t es = 4, w_count = 0;
-
-  explicit ConvRig(const LayerSpec& spec) : layer(std::make_unique<cuda::ConvLayer>(spec)) {
-    const ConvGeometry& g = layer->geometry();
-    es = cuda::dtype_size(layer->dtype());
-    const std::size_t nx = g.n * g.c * g.h * g.w, ny = g.n * g.k * g.pq();
-    w_count = g.k * g.crs();
-    const std::size_t np = w_count + (g.bias ? g.k : 0);
-    x = std::make_unique<cuda::DeviceBuffer>(nx * es);
-    y = std::make_unique<cuda::DeviceBuffer>(ny * es);
-    dy = std::make_unique<cuda::DeviceBuffer>(ny * es);
-    dx = std::make_unique<cuda::DeviceBuffer>(nx * es);
-    params = std::make_unique<cuda::DeviceBuffer>(np * es);
-    grads = std::make_unique<cuda::DeviceBuffer>(np * es);
-    const auto t = layer->dtype();
-    cuda::fill(x->data(), nx, t, kSeedX);
-    cuda::fill(dy->data(), ny, t, kSeedDy);
-    cuda::fill(dx->data(), nx, t, kSeedDx0);
-    cuda::fill(params->data(), w_count, t, kSeedW);
-    if (g.bias) cuda::fill(static_cast<char*>(params->data()) + w_count * es, g.k, t, kSeedB);
-    // On the layer's stream: a plain cudaMemset runs on the legacy stream, which a non-blocking
-    // stream does not wait for.
-    CUDA_CHECK(cudaMemsetAsync(grads->data(), 0, np * es, cuda::context().stream));
-    CUDA_CHECK(cudaStreamSynchronize(cuda::context().stream));
-    layer->bind_params(params->data(), grads->data(), es);
-  }
-
-  void run(ConvPass p) {
-    const std::vector<const void*> xs{x->data()};
-    switch (p) {
-      case ConvPass::fwd: layer->forward(xs, y->data()); break;
-      case ConvPass::bwd_data: layer->backward_data(xs, y->data(), dy->data(), {dx->data()}); break;
-      case ConvPass::bwd_filter: layer->backward_params(xs, y->data(), dy->data()); break;
-    }
-  }
-};
-
-py::dict row(ConvRig& rig, ConvPass p, const std::vector<double>& samples, const std::string& status) {
-  py::dict d;
-  d["pass"] = cuda::conv_pass_name(p);
-  d["algo"] = cuda::conv_algo_name(p, rig.layer->algo(p));
-  d["algo_id"] = rig.layer->algo(p);
-  d["workspace_bytes"] = rig.layer->workspace_bytes(p);
-  d["selection"] = rig.layer->selection();
-  d["samples_us"] = samples;
-  d["status"] = status;
-  return d;
-}
-
 py::list conv_time(const py::dict& g, const std::string& dtype, const std::string& layout, const std::string& mode,
                    const std::map<std::string, std::string>& named, std::size_t workspace_limit,
                    const std::vector<std::string>& passes, bool all_algos, int warmup, int iters) {
   const LayerSpec spec = make_spec(g, dtype, layout, mode, named, workspace_limit);
   std::vector<ConvPass> ps;
   for (const auto& name : passes) ps.push_back(cuda::parse_conv_pass(name));
-  const TimingPlan plan{warmup, iters};
-  validate(plan);
-  py::list out;
-  std::unique_ptr<ConvRig> rig;
+  std::vector<cuda::ConvTiming> rows;
   {
     py::gil_scoped_release nogil;
-    rig = std::make_unique<ConvRig>(spec);
+    rows = cuda::conv_time(spec, ps, all_algos, TimingPlan{warmup, iters});
   }
-  const cudaStream_t stream = cuda::context().stream;
-  for (ConvPass p : ps) {
-    if (!all_algos) {
-      std::vector<double> samples;
-      {
-        py::gil_scoped_release nogil;
-        samples = cuda::time_events(plan, stream, [&] { rig->run(p); });
-      }
-      out.append(row(*rig, p, samples, "ok"));
-      continue;
-    }
-    const int chosen = rig->layer->algo(p);
-    for (int a = 0; a < cuda::conv_algo_count(p); ++a) {
-      const cuda::ConvAlgoQuery q = rig->layer->query(p, a);
-      std::string status = "ok";
-      std::vector<double> samples;
-      if (!q.supported) {
-        status = "not supported: " + q.status;
-      } else if (q.workspace > workspace_limit) {
-        status = concat("needs ", q.workspace, " bytes of workspace > limit ", workspace_limit);
-      } else {
-        try {
-          py::gil_scoped_release nogil;
-          rig->layer->set_algo(p, a);
-          samples = cuda::time_events(plan, stream, [&] { rig->run(p); });
-        } catch (const std::exception& e) {  // cuDNN refused at run time: record, go on
-          status = std::string("failed: ") + e.what();
-          samples.clear();
-          cudaGetLastError();
-        }
-      }
-      py::dict d = row(*rig, p, samples, status);
-      d["algo"] = cuda::conv_algo_name(p, a);
-      d["algo_id"] = a;
-      d["workspace_bytes"] = q.workspace;
-      out.append(d);
-    }
-    py::gil_scoped_release nogil;
-    rig->layer->set_algo(p, chosen);
+  py::list out;
+  for (const auto& r : rows) {
+    py::dict d;
+    d["pass"] = cuda::conv_pass_name(r.pass);
+    d["algo"] = r.algo;
+    d["algo_id"] = r.algo_id;
+    d["workspace_bytes"] = r.workspace_bytes;
+    d["selection"] = r.selection;
+    d["samples_us"] = r.samples_us;
+    d["status"] = r.status;
+    out.append(d);
   }
   return out;
 }
 
-py::array_t<uint8_t> to_host(const void* src, std::size_t nbytes) {
-  py::array_t<uint8_t> a(static_cast<py::ssize_t>(nbytes));
-  void* dst = a.mutable_data();
-  py::gil_scoped_release nogil;
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, cuda::context().stream));
-  CUDA_CHECK(cudaStreamSynchronize(cuda::context().stream));
-  return a;
+py::array_t<uint8_t> bytes_array(const std::vector<uint8_t>& v) {
+  return py::array_t<uint8_t>(static_cast<py::ssize_t>(v.size()), v.data());
 }
 
-// Runs forward, backward-filter and backward-data once (dx starts at the dx0 test data: it must
-// accumulate) and returns the raw bytes of y, dx, dw (and db) in the layout's memory order.
 py::dict conv_check(const py::dict& g, const std::string& dtype, const std::string& layout, const std::string& mode,
                     const std::map<std::string, std::string>& named, std::size_t workspace_limit) {
   const LayerSpec spec = make_spec(g, dtype, layout, mode, named, workspace_limit);
-  std::unique_ptr<ConvRig> rig;
+  cuda::ConvCheckRun run;
   {
     py::gil_scoped_release nogil;
-    rig = std::make_unique<ConvRig>(spec);
-    for (ConvPass p : kPasses) rig->run(p);
-    CUDA_CHECK(cudaStreamSynchronize(cuda::context().stream));
+    run = cuda::conv_check(spec);
   }
-  const ConvGeometry& geom = rig->layer->geometry();
   py::dict d;
-  d["y"] = to_host(rig->y->data(), rig->y->nbytes());
-  d["dx"] = to_host(rig->dx->data(), rig->dx->nbytes());
-  d["dw"] = to_host(rig->grads->data(), rig->w_count * rig->es);
-  if (geom.bias) d["db"] = to_host(static_cast<char*>(rig->grads->data()) + rig->w_count * rig->es, geom.k * rig->es);
-  py::dict algos;
-  for (ConvPass p : kPasses) algos[cuda::conv_pass_name(p)] = cuda::conv_algo_name(p, rig->layer->algo(p));
-  d["algos"] = algos;
+  d["y"] = bytes_array(run.y);
+  d["dx"] = bytes_array(run.dx);
+  d["dw"] = bytes_array(run.dw);
+  if (!run.db.empty()) d["db"] = bytes_array(run.db);
+  d["algos"] = run.algos;
   return d;
 }
 

@@ -84,15 +84,15 @@ def copy(size: int, direction: str = "h2d", memory: str = "pinned", device: str 
     if dev == "cpu":
         hostmem.require_host(2 * size, "copy")
         threads = threads or env.default_threads()
-        samples, wrong = _core.copy_bench(int(size), copies, warmup, iters, threads)
-        meas = Measurement(samples, "steady-clock", f"{copies} memcpys of {size} bytes ({threads} threads)")
-        return CopyResult(direction, "host", int(size), copies, "cpu", threads, meas, int(wrong), CPU_NOTE)
+        run = _core.copy_bench(int(size), copies, warmup, iters, threads)
+        meas = Measurement(run.samples_us, "steady-clock", f"{copies} memcpys of {size} bytes ({threads} threads)")
+        return CopyResult(direction, "host", int(size), copies, "cpu", threads, meas, int(run.wrong_bytes), CPU_NOTE)
     cuda = require_cuda()
     hostmem.require_device(cuda, (2 if direction == "d2d" else 1) * size, "copy")
     # host: the reference pattern, the pinned/pageable buffer (not d2d), a read-back buffer (not d2h)
     hostmem.require_host((2 if direction != "h2d" else 3) * size, "copy")
-    samples, wrong = cuda.copy_bench(direction, memory == "pinned", int(size), copies, warmup, iters)
+    run = cuda.copy_bench(direction, memory == "pinned", int(size), copies, warmup, iters)
     kind = {"h2d": "HostToDevice", "d2h": "DeviceToHost", "d2d": "DeviceToDevice"}[direction]
-    meas = Measurement(samples, "cuda-events",
+    meas = Measurement(run.samples_us, "cuda-events",
                        f"{copies} cudaMemcpyAsync {kind} of {size} bytes, queued behind a stream-blocking kernel")
-    return CopyResult(direction, memory, int(size), copies, "cuda", None, meas, int(wrong))
+    return CopyResult(direction, memory, int(size), copies, "cuda", None, meas, int(run.wrong_bytes))

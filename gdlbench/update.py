@@ -113,7 +113,7 @@ def update(params: int = 25_600_000, device: str = "auto", *, lr: float = 0.01, 
         d = _core.update_bench(int(params), lr, momentum, weight_decay, warmup, iters, threads)
         clock = "steady-clock"
         region_u = f"one sgd_update over {params} fp32 parameters (OpenMP, {threads} threads)"
-        region_c = f"one memcpy of {d['copy_bytes']} bytes split over {threads} threads"
+        region_c = f"one memcpy of {d.copy_bytes} bytes split over {threads} threads"
         step = lambda w, g, v: _core.sgd_update(w, g, v, lr, momentum, weight_decay)  # noqa: E731
     else:
         cuda = require_cuda()
@@ -122,11 +122,11 @@ def update(params: int = 25_600_000, device: str = "auto", *, lr: float = 0.01, 
         d = cuda.update_bench(int(params), lr, momentum, weight_decay, warmup, iters)
         clock = "cuda-events"
         region_u = f"one SGD kernel over {params} fp32 parameters (float4 loads)"
-        region_c = f"one cudaMemcpyAsync device-to-device of {d['copy_bytes']} bytes"
+        region_c = f"one cudaMemcpyAsync device-to-device of {d.copy_bytes} bytes"
         step = lambda w, g, v: cuda.sgd_update_host(w, g, v, lr, momentum, weight_decay)  # noqa: E731
     result = UpdateResult(int(params), dev, threads, lr, momentum, weight_decay,
-                          Measurement(d["update_us"], clock, region_u), Measurement(d["copy_us"], clock, region_c),
-                          int(d["copy_bytes"]))
+                          Measurement(d.update_us, clock, region_u), Measurement(d.copy_us, clock, region_c),
+                          int(d.copy_bytes))
     if check:
         result.check = check_kernel(step, lr, momentum, weight_decay)
     return result

@@ -1,6 +1,7 @@
 // The one timing harness: warm-up, then N timed iterations, one sample per iteration.
 // The host version uses std::chrono::steady_clock; csrc/cuda/cuda_timer.h is its CUDA-events twin.
 #pragma once
+#include <array>
 #include <chrono>
 #include <vector>
 
@@ -44,5 +45,38 @@ template <class Op>
 std::vector<double> time_steady(const TimingPlan& plan, Op&& op) {
   return time_steady(plan, op, [] {});
 }
+
+// Several operations interleaved: per iteration one timed run of each in turn, so that all see
+// the same machine state (a kernel and its bandwidth reference, say). One sample vector per op.
+template <class... Ops>
+std::array<std::vector<double>, sizeof...(Ops)> time_steady_each(const TimingPlan& plan, Ops&&... ops) {
+  validate(plan);
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i < plan.warmup; ++i) (ops(), ...);
+  std::array<std::vector<double>, sizeof...(Ops)> samples_us;
+  for (auto& s : samples_us) s.reserve(plan.iters);
+  for (int i = 0; i < plan.iters; ++i) {
+    std::size_t k = 0;
+    auto timed = [&](auto& op) {
+      const auto t0 = clock::now();
+      op();
+      samples_us[k++].push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
+    };
+    (timed(ops), ...);
+  }
+  return samples_us;
+}
+
+// What the copy and update benchmarks of both backends return.
+struct CopyRun {
+  std::vector<double> samples_us;  // one per sample: `copies` back-to-back copies
+  std::size_t wrong_bytes = 0;     // bytes of the destination that differ from the source afterwards
+};
+
+struct UpdateRun {
+  std::vector<double> update_us;  // one SGD update per sample
+  std::vector<double> copy_us;    // the same-traffic copy timed beside it in the same iteration
+  std::size_t copy_bytes = 0;
+};
 
 }  // namespace gdl

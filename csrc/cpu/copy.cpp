@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/fill.h"
+
 namespace gdl::cpu {
 
 void parallel_copy(void* dst, const void* src, std::size_t nbytes, int threads) {
@@ -21,6 +23,28 @@ void parallel_copy(void* dst, const void* src, std::size_t nbytes, int threads) 
     const std::size_t lo = std::min(nbytes, t * chunk), hi = std::min(nbytes, lo + chunk);
     if (hi > lo) std::memcpy(d + lo, s + lo, hi - lo);
   }
+}
+
+}  // namespace gdl::cpu
+
+namespace gdl::cpu {
+
+CopyRun copy_bench(std::size_t nbytes, int copies, const TimingPlan& plan, int threads) {
+  GDL_REQUIRE(nbytes >= 1, "copy: size must be positive");
+  GDL_REQUIRE(copies >= 1, "copy: copies per sample must be >= 1, got ", copies);
+  validate(plan);
+  PageBuffer src(nbytes), dst(nbytes);
+  fill_bytes(src.p, nbytes, 42);
+  std::memset(dst.p, 0, nbytes);
+  int prepared = 0;
+  CopyRun run;
+  run.samples_us = time_steady(
+      plan, [&] { for (int c = 0; c < copies; ++c) parallel_copy(dst.p, src.p, nbytes, threads); },
+      [&] {  // before the first timed sample: clear the destination, so the check sees the timed copies' data
+        if (prepared++ == plan.warmup) std::memset(dst.p, 0, nbytes);
+      });
+  run.wrong_bytes = count_wrong_bytes(src.p, dst.p, nbytes);
+  return run;
 }
 
 }  // namespace gdl::cpu

@@ -48,20 +48,6 @@ struct HostMem {
   bool pinned;
 };
 
-void pattern(char* p, std::size_t n, uint64_t seed) {
-  for (std::size_t i = 0; i < n / 8; ++i) {
-    const uint64_t v = splitmix64(seed + i);
-    std::memcpy(p + 8 * i, &v, 8);
-  }
-  for (std::size_t i = n / 8 * 8; i < n; ++i) p[i] = char(seed + i);
-}
-
-std::size_t count_wrong(const char* a, const char* b, std::size_t n) {
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < n; ++i) wrong += a[i] != b[i];
-  return wrong;
-}
-
 }  // namespace
 
 CopyRun copy_bench(const std::string& direction, bool pinned, std::size_t nbytes, int copies, int warmup, int iters) {
@@ -73,7 +59,7 @@ CopyRun copy_bench(const std::string& direction, bool pinned, std::size_t nbytes
 
   // The host pattern is the reference; sources are written with it before timing.
   HostMem ref(nbytes, false);
-  pattern(ref.data(), nbytes, 42);
+  fill_bytes(ref.data(), nbytes, 42);
   std::unique_ptr<HostMem> host;
   if (!d2d) {
     host = std::make_unique<HostMem>(nbytes, pinned);
@@ -149,11 +135,11 @@ CopyRun copy_bench(const std::string& direction, bool pinned, std::size_t nbytes
 
   // Verify (untimed): bring the destination back to the host when it is on the device.
   if (kind == cudaMemcpyDeviceToHost) {
-    run.wrong_bytes = count_wrong(host->data(), ref.data(), nbytes);
+    run.wrong_bytes = count_wrong_bytes(host->data(), ref.data(), nbytes);
   } else {
     HostMem back(nbytes, false);
     CUDA_CHECK(cudaMemcpy(back.data(), dst, nbytes, cudaMemcpyDeviceToHost));
-    run.wrong_bytes = count_wrong(back.data(), ref.data(), nbytes);
+    run.wrong_bytes = count_wrong_bytes(back.data(), ref.data(), nbytes);
   }
   return run;
 }

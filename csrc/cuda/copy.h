@@ -2,14 +2,10 @@
 #pragma once
 #include <cstddef>
 #include <string>
-#include <vector>
+
+#include "common/timer.h"
 
 namespace gdl::cuda {
-
-struct CopyRun {
-  std::vector<double> samples_us;  // one per sample: `copies` back-to-back copies
-  std::size_t wrong_bytes = 0;     // bytes of the destination that differ from the source afterwards
-};
 
 // direction: "h2d", "d2h" or "d2d"; pinned: host memory from cudaHostAlloc, else pageable (malloc).
 // Every buffer is allocated and written before timing. Pinned and d2d samples start behind a kernel

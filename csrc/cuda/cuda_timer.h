@@ -2,6 +2,7 @@
 // on `stream`. Iterations are queued back to back (as a training step queues kernels); each sample
 // is the device time between its two events.
 #pragma once
+#include <array>
 #include <vector>
 
 #include "common/timer.h"
@@ -9,37 +10,52 @@
 
 namespace gdl::cuda {
 
-template <class Op>
-std::vector<double> time_events(const TimingPlan& plan, cudaStream_t stream, Op&& op) {
+// Several operations interleaved: per iteration each op in turn between its own pair of events,
+// so that all see the same device state. One sample vector per op.
+template <class... Ops>
+std::array<std::vector<double>, sizeof...(Ops)> time_events_each(const TimingPlan& plan, cudaStream_t stream,
+                                                                  Ops&&... ops) {
+  constexpr std::size_t K = sizeof...(Ops);
   validate(plan);
-  for (int i = 0; i < plan.warmup; ++i) op();
+  for (int i = 0; i < plan.warmup; ++i) (ops(), ...);
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<cudaEvent_t> start(plan.iters), stop(plan.iters);
-  for (int i = 0; i < plan.iters; ++i) {
-    CUDA_CHECK(cudaEventCreate(&start[i]));
-    CUDA_CHECK(cudaEventCreate(&stop[i]));
-  }
+  std::vector<cudaEvent_t> ev(2 * K * plan.iters);  // per iteration and op: start, stop
   struct Release {  // events are destroyed on every path, including a failing op()
-    std::vector<cudaEvent_t>& a;
-    std::vector<cudaEvent_t>& b;
+    std::vector<cudaEvent_t>& ev;
     ~Release() {
-      for (auto e : a) cudaEventDestroy(e);
-      for (auto e : b) cudaEventDestroy(e);
+      for (auto e : ev)
+        if (e) cudaEventDestroy(e);
     }
-  } release{start, stop};
+  } release{ev};
+  for (auto& e : ev) {
+    e = nullptr;
+    CUDA_CHECK(cudaEventCreate(&e));
+  }
   for (int i = 0; i < plan.iters; ++i) {
-    CUDA_CHECK(cudaEventRecord(start[i], stream));
-    op();
-    CUDA_CHECK(cudaEventRecord(stop[i], stream));
+    std::size_t k = 0;
+    auto timed = [&](auto& op) {
+      const std::size_t at = 2 * (K * i + k++);
+      CUDA_CHECK(cudaEventRecord(ev[at], stream));
+      op();
+      CUDA_CHECK(cudaEventRecord(ev[at + 1], stream));
+    };
+    (timed(ops), ...);
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> samples_us(plan.iters);
-  for (int i = 0; i < plan.iters; ++i) {
-    float ms = 0.f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
-    samples_us[i] = 1000.0 * ms;
+  std::array<std::vector<double>, K> samples_us;
+  for (std::size_t k = 0; k < K; ++k) {
+    for (int i = 0; i < plan.iters; ++i) {
+      float ms = 0.f;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * (K * i + k)], ev[2 * (K * i + k) + 1]));
+      samples_us[k].push_back(1000.0 * ms);
+    }
   }
   return samples_us;
+}
+
+template <class Op>
+std::vector<double> time_events(const TimingPlan& plan, cudaStream_t stream, Op&& op) {
+  return std::move(time_events_each(plan, stream, op)[0]);
 }
 
 }  // namespace gdl::cuda

@@ -1,4 +1,6 @@
 #include "cuda/check.h"
+#include "cuda/cuda_timer.h"
+#include "cuda/device.h"
 #include "cuda/layer_util.h"
 #include "cuda/sgd.h"
 
@@ -52,6 +54,39 @@ void sgd_update(float* w, const float* g, float* v, int64_t n, float lr, float m
     sgd_scalar<<<grid_for(n - bulk), 256, 0, stream>>>(w + bulk, g + bulk, v + bulk, n - bulk, lr, momentum, wd);
     CUDA_CHECK(cudaGetLastError());
   }
+}
+
+
+void sgd_update_host(float* w, const float* g, float* v, int64_t n, float lr, float momentum, float wd) {
+  const cudaStream_t st = default_stream();
+  const std::size_t bytes = std::size_t(n) * sizeof(float);
+  DeviceBuffer dw(bytes), dg(bytes), dv(bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dw.data(), w, bytes, cudaMemcpyHostToDevice, st));
+  CUDA_CHECK(cudaMemcpyAsync(dg.data(), g, bytes, cudaMemcpyHostToDevice, st));
+  CUDA_CHECK(cudaMemcpyAsync(dv.data(), v, bytes, cudaMemcpyHostToDevice, st));
+  sgd_update(static_cast<float*>(dw.data()), static_cast<const float*>(dg.data()), static_cast<float*>(dv.data()), n,
+             lr, momentum, wd, st);
+  CUDA_CHECK(cudaMemcpyAsync(w, dw.data(), bytes, cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaMemcpyAsync(v, dv.data(), bytes, cudaMemcpyDeviceToHost, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+UpdateRun update_bench(int64_t n, float lr, float momentum, float wd, const TimingPlan& plan) {
+  GDL_REQUIRE(n >= 1, "update: need at least one parameter, got ", n);
+  validate(plan);
+  const std::size_t copy_bytes = std::size_t(n) * 10;
+  const cudaStream_t st = default_stream();
+  DeviceBuffer w(n * sizeof(float)), g(n * sizeof(float)), v(n * sizeof(float)), src(copy_bytes), dst(copy_bytes);
+  fill(w.data(), n, DType::f32, 1);
+  fill(g.data(), n, DType::f32, 2);
+  CUDA_CHECK(cudaMemsetAsync(v.data(), 0, v.nbytes(), st));
+  CUDA_CHECK(cudaMemsetAsync(src.data(), 1, copy_bytes, st));
+  CUDA_CHECK(cudaMemsetAsync(dst.data(), 0, copy_bytes, st));
+  auto *pw = static_cast<float*>(w.data()), *pg = static_cast<float*>(g.data()), *pv = static_cast<float*>(v.data());
+  auto samples = time_events_each(
+      plan, st, [&] { sgd_update(pw, pg, pv, n, lr, momentum, wd, st); },
+      [&] { CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice, st)); });
+  return UpdateRun{std::move(samples[0]), std::move(samples[1]), copy_bytes};
 }
 
 }  // namespace gdl::cuda
