@@ -117,7 +117,9 @@ build() {
   [ -n "${CUDACXX:-}" ] || { echo "no nvcc on PATH (the GPU image has CUDA 13's; install it or set CUDACXX)"; return 1; }
   echo "nvcc: $CUDACXX"
   rm -f "$VENV/built.stamp"
-  GDL_ENABLE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  # GDL_RPATH_BUILD_WHEELS: _cuda also searches the image's NVIDIA wheels, not only the venv's.
+  GDL_ENABLE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90 -DGDL_RPATH_BUILD_WHEELS=ON" \
+    CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
     "$VENV/bin/python" -m pip install -v --no-index --no-deps --no-build-isolation \
     --config-settings=build-dir="$VENV/build" . || return 1
   source_stamp >"$VENV/built.stamp"
