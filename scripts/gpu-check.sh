@@ -94,8 +94,14 @@ source_stamp() {  # what the installed build was made from
   find CMakeLists.txt cmake csrc gdlbench pyproject.toml _build -type f -not -name '*.pyc' | sort | xargs cat | sha1sum
 }
 
+vpip() {  # the venv's pip, or (a venv made without pip) the image's pip pointed at the venv
+  if [ -x "$VENV/bin/pip" ]; then "$VENV/bin/python" -m pip "$@"; else "$IMAGE_PY" -m pip --python "$VENV/bin/python" "$@"; fi
+}
+
 make_venv() {
-  rm -rf "$VENV" && "$IMAGE_PY" -m venv "$VENV" || return 1
+  rm -rf "$VENV"
+  # Without ensurepip in the image's base interpreter, `venv` fails: then a venv without pip.
+  "$IMAGE_PY" -m venv "$VENV" || { rm -rf "$VENV" && "$IMAGE_PY" -m venv --without-pip "$VENV"; } || return 1
   local site
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   # The image's packages after the venv's own (addsitedir also runs the image's .pth files).
@@ -103,7 +109,7 @@ make_venv() {
     >"$site/gdl-image.pth"
   echo "image site-packages:"; cat "$site/gdl-image.pth"
   ls .whl/*.whl >/dev/null 2>&1 || { echo "no carried wheels in .whl/ (scripts/fetch-gpu-wheels.sh)"; return 1; }
-  "$VENV/bin/python" -m pip install --no-index --no-deps .whl/*.whl || return 1
+  vpip install --no-index --no-deps .whl/*.whl || return 1
   # mpi4py loads libmpi at run time; point it at the carried one when it does not find one itself.
   if ! "$VENV/bin/python" -c "from mpi4py import MPI" 2>/dev/null; then
     echo "export MPI4PY_LIBMPI=$VENV/lib/libmpi.so.12" >"$VENV/gpu-check.env"
@@ -120,7 +126,7 @@ build() {
   # GDL_RPATH_BUILD_WHEELS: _cuda also searches the image's NVIDIA wheels, not only the venv's.
   GDL_ENABLE_CUDA=ON CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=90 -DGDL_RPATH_BUILD_WHEELS=ON" \
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    "$VENV/bin/python" -m pip install -v --no-index --no-deps --no-build-isolation \
+    vpip install -v --no-index --no-deps --no-build-isolation \
     --config-settings=build-dir="$VENV/build" . || return 1
   source_stamp >"$VENV/built.stamp"
 }
@@ -212,7 +218,7 @@ stage_bench() {  # step limits sum to under 540 s
   step iteration_cli 60 bash -c "cd /tmp && for n in alexnet googlenet resnet50; do $G iteration --net \$n --device cuda --strategy serial,wfbp,wfbp-fusion --json $(J iteration)_\$n.json || exit 1; done"
 }
 
-export -f make_image make_venv build check_import check_no_gpu_refusal source_stamp
+export -f vpip make_image make_venv build check_import check_no_gpu_refusal source_stamp
 export VENV WORK no_gpu root
 [ -f "$OUT/summary.txt" ] || : >"$OUT/summary.txt"
 case $stage in
