@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from gdlbench.iteration import Iteration, layer_times, phase_times
 from gdlbench.trace import COMM, COMPUTE, IO, chrome_trace

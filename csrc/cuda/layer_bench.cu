@@ -14,16 +14,11 @@ std::unique_ptr<DeviceBuffer> device_floats(int64_t n) {
   return std::make_unique<DeviceBuffer>(std::size_t(std::max<int64_t>(n, 1)) * sizeof(float));
 }
 
-void upload(void* dst, const float* src, int64_t n) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, std::size_t(n) * sizeof(float), cudaMemcpyHostToDevice, context().stream));
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));
-}
+void upload(void* dst, const float* src, int64_t n) { copy_now(dst, src, std::size_t(n) * sizeof(float)); }
 
 std::vector<float> download(const void* src, int64_t n) {
   std::vector<float> out(n);
-  CUDA_CHECK(cudaMemcpyAsync(out.data(), src, std::size_t(n) * sizeof(float), cudaMemcpyDeviceToHost,
-                             context().stream));
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));
+  copy_now(out.data(), src, std::size_t(n) * sizeof(float));
   return out;
 }
 
@@ -48,7 +43,7 @@ LayerBench::LayerBench(const LayerSpec& spec) : layer_(make_layer(spec)) {
     dx_.push_back(device_floats(n));
     counts_.push_back(n);
     upload(x_.back()->data(), host_fill(n, 11 + i).data(), n);
-    CUDA_CHECK(cudaMemsetAsync(dx_.back()->data(), 0, std::size_t(n) * sizeof(float), context().stream));
+    zero_now(dx_.back()->data(), std::size_t(n) * sizeof(float));  // timed passes add into it
   }
   y_ = device_floats(layer_->out_count());
   dy_ = device_floats(layer_->out_count());
@@ -103,7 +98,7 @@ LayerRun LayerBench::run(const std::vector<Floats>& xs, Floats dy, const std::ve
 }
 
 void LayerBench::set_labels(const std::vector<int32_t>& l) {
-  CUDA_CHECK(cudaMemcpy(labels_->data(), l.data(), l.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  copy_now(labels_->data(), l.data(), l.size() * sizeof(int32_t));
   layer_->set_labels(static_cast<const int32_t*>(labels_->data()));
 }
 

@@ -14,8 +14,6 @@
 
 namespace gdl::cuda {
 
-// The device of this rank: local rank (ranks sharing the node) modulo the visible devices.
-int nccl_device(MPI_Comm comm);
 // The NCCL communicator over the ranks of comm (created on first use; collective over comm).
 // timeout_s > 0: abort the creation when it has not finished after that long.
 ncclComm_t nccl_comm(MPI_Comm comm, double timeout_s = 0);
