@@ -60,6 +60,7 @@ _ALIASES = {
     "ring": "ring", "recursive_doubling": "recursive_doubling", "recursive-doubling": "recursive_doubling",
     "rd": "recursive_doubling", "doubling": "recursive_doubling", "tree": "tree", "binomial": "tree",
     "binomial_tree": "tree", "binomial-tree": "tree", "ps": "ps", "parameter_server": "ps",
+    "hier": "hier", "hierarchical": "hier",
 }
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm")
 
@@ -111,7 +112,7 @@ def ps_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: flo
 def normalise_algo(algo: str) -> str:
     key = str(algo).strip().lower()
     if key not in _ALIASES:
-        raise UsageError(f"--algo: unknown algorithm {algo!r} (ring, recursive_doubling, tree, ps)")
+        raise UsageError(f"--algo: unknown algorithm {algo!r} (ring, recursive_doubling, tree, ps, hier)")
     return _ALIASES[key]
 
 
@@ -125,6 +126,8 @@ def comm_time_us(algo: str, m: float, n: int, alpha_us: float, beta_us_per_byte:
         return recursive_doubling_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
     if algo == "tree":
         return tree_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+    if algo == "hier":  # on one level of links: its reduce-scatter + all-gather, as a ring (gdlbench.cluster: two)
+        return ring_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
     return ps_us(m, n, servers or n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
 
 
