@@ -145,6 +145,9 @@ def link(spec: Any, level: str) -> Link:
     raise UsageError(f"{level} link: expected a preset name or an object, got {spec!r}")
 
 
+_SHORT = {"recursive_doubling": "rd"}  # model.normalise_algo's long name
+
+
 def _log2(n: int) -> int:
     return math.ceil(math.log2(n)) if n > 1 else 0
 
@@ -159,6 +162,7 @@ class Cluster:
     inter: Link
     links_per_node: int = 1
     nodes: int | None = None  # the shape the file or fit described; predictions take any N
+    algo: str = "library"  # for strategies that name none (the executor's default, MPI_Allreduce)
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -212,8 +216,30 @@ class Cluster:
             return 2 * (a2 + share * m * b2) + n / p * m * g2
         raise UsageError(f"no two-level cost model for {algo!r} (library, ring, rd, tree, ps, hier)")
 
+    # The communication-model interface predict_iteration uses (as model.CommModel).
+    @property
+    def formula(self) -> str:
+        return self.algo
+
+    def allreduce_us(self, algo: str, m: float, n: int, servers: int | None = None) -> float:
+        return self.time_us(_SHORT.get(algo, algo), m, n, servers)
+
+    def push_us(self, m: float, n: int, servers: int) -> float:
+        """A parameter-server push: half the push/pull link time, and the servers' reduction."""
+        if n <= 1:
+            return 0.0
+        full = self.time_us("ps", m, n, servers)
+        gamma = self.intra.gamma_us_per_byte
+        if self.shape(n)[0] > 1:
+            gamma = self.inter.gamma_us_per_byte or gamma
+        reduce = n / servers * m * gamma
+        return (full - reduce) / 2 + reduce
+
+    def pull_us(self, m: float, n: int, servers: int) -> float:
+        return self.time_us("ps", m, n, servers) - self.push_us(m, n, servers)
+
     def to_dict(self) -> dict:
-        return {"per_node": self.per_node, "nodes": self.nodes, "links_per_node": self.links_per_node,
+        return {"algo": self.algo, "per_node": self.per_node, "nodes": self.nodes, "links_per_node": self.links_per_node,
                 "intra": self.intra.to_dict(), "inter": self.inter.to_dict(), "source": self.source,
                 "notes": list(self.notes)}
 

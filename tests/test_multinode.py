@@ -8,12 +8,11 @@ import json
 import math
 
 import pytest
+from conftest import run_cli
 
 from gdlbench import cluster
 from gdlbench import collectives as C
 from gdlbench.errors import UsageError
-
-from conftest import run_cli
 
 
 def _doc(path) -> dict:
