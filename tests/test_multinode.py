@@ -177,3 +177,55 @@ def test_cluster_file_and_its_errors(tmp_path):
 def test_ranks_per_node_bad_input():
     p = run_cli("allreduce", "--size", "8", "--ranks-per-node", "0")
     assert p.returncode == 2 and "--ranks-per-node" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def _phases_file(tmp_path):
+    from gdlbench.model import Phases
+
+    f = tmp_path / "ph.json"
+    f.write_text(json.dumps(Phases.synthetic("alexnet", batch=32).to_report()))
+    return f
+
+
+def test_predict_on_presets_and_on_a_cluster_file(tmp_path):
+    ph = _phases_file(tmp_path)
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--phases", str(ph), "--nodes", "128", "--per-node", "8", "--intra", "nvlink4",
+                "--inter", "ib-hdr", "--strategy", "wfbp-fusion,cntk", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    doc = _doc(out)
+    assert max(r["workers"] for r in doc["rows"]) == 1024
+    assert {r["workers"] for r in doc["rows"]} == {1, 8, 16, 32, 64, 128, 256, 512, 1024}
+    for r in doc["rows"]:
+        assert r["t_iter_us"] > 0 and 0 < r["efficiency"] <= 1.0 + 1e-9
+    cm = doc["summary"]["comm_model"]
+    assert cm["intra"]["name"] == "nvlink4" and "NVIDIA" in cm["intra"]["source"]
+    assert any("InfiniBand Trade Association" in n for n in doc["notes"])
+    assert "Source: PCI" not in p.stdout and "Source: NVIDIA" in p.stdout
+    # the same cluster from a file gives the same numbers
+    cf = tmp_path / "c.json"
+    cf.write_text(json.dumps({"nodes": 128, "per_node": 8, "intra": "nvlink4", "inter": "ib-hdr"}))
+    out2 = tmp_path / "p2.json"
+    p = run_cli("predict", "--phases", str(ph), "--cluster", str(cf), "--strategy", "wfbp-fusion,cntk",
+                "--json", str(out2))
+    assert p.returncode == 0, p.stderr
+    assert [r["t_iter_us"] for r in _doc(out2)["rows"]] == [r["t_iter_us"] for r in doc["rows"]]
+    # --algo names the algorithm of the strategies that name none
+    out3 = tmp_path / "p3.json"
+    p = run_cli("predict", "--phases", str(ph), "--cluster", str(cf), "--strategy", "wfbp-fusion,cntk",
+                "--json", str(out3), "--algo", "hier")
+    assert p.returncode == 0, p.stderr
+    p = run_cli("predict", "--list-links")
+    assert p.returncode == 0 and "ib-ndr" in p.stdout and "IEEE 802.3ba" in p.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--per-node", "8", "--intra", "nvlink4"], "--inter"),
+    (["--per-node", "8", "--intra", "nvlink9", "--inter", "ib-hdr"], "unknown preset"),
+    (["--per-node", "8", "--intra", "1:x", "--inter", "ib-hdr"], "ALPHA_US:GBS"),
+    (["--per-node", "8", "--intra", "nvlink4", "--inter", "ib-hdr", "--alpha", "1", "--beta", "1"], "not both"),
+])
+def test_predict_cluster_bad_input(tmp_path, argv, message):
+    p = run_cli("predict", "--phases", str(_phases_file(tmp_path)), *argv)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1
