@@ -40,6 +40,8 @@ def set_ranks_per_node(ranks_per_node: int | None) -> None:
     if isinstance(g, bool) or not isinstance(g, int) or g < 0:
         raise UsageError(f"--ranks-per-node must be a positive integer, got {ranks_per_node!r}")
     _core.set_ranks_per_node(g)
+    if _cuda is not None and hasattr(_cuda, "set_ranks_per_node"):
+        _cuda.set_ranks_per_node(g)  # its own copy, for the NCCL hierarchical all-reduce
 
 
 def topology(comm=None) -> dict:

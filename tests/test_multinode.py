@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
-from conftest import run_cli
+from conftest import requires_gpu, run_cli, run_mpi
 
 from gdlbench import cluster
 from gdlbench import collectives as C
@@ -229,3 +230,31 @@ def test_predict_cluster_bad_input(tmp_path, argv, message):
     p = run_cli("predict", "--phases", str(_phases_file(tmp_path)), *argv)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_nccl_hier_matches_the_mpi_hier(tmp_path):
+    """The GPU's hierarchical all-reduce (NCCL inside and across nodes) against the MPI one on the
+    same data, both variants, every dtype NCCL and the exact-check data share. One rank: NCCL
+    refuses two ranks on one GPU, and the GPU machine has one."""
+    script = tmp_path / "h.py"
+    script.write_text(
+        "import numpy as np, cupy as cp\n"
+        "from mpi4py import MPI\n"
+        "from gdlbench import collectives as C, env\n"
+        "from gdlbench._native import _cuda\n"
+        "env.set_ranks_per_node(1)\n"
+        "comm = MPI.COMM_WORLD\n"
+        "for dtype in ('float32', 'float64', 'int32', 'float16'):\n"
+        "    for count in (3, 70001, 250001):\n"
+        "        x = ((np.arange(count) % 7) * (comm.rank + 1)).astype(dtype)\n"
+        "        want = x.copy()\n"
+        "        C.allreduce_array(want, algo='hier')\n"
+        "        d = cp.asarray(x)\n"
+        "        _cuda.nccl_allreduce(comm, d.data.ptr, count, dtype, 'sum', 'hier')\n"
+        "        assert np.array_equal(cp.asnumpy(d), want), (dtype, count)\n"
+        "print('hier ok')\n")
+    p = run_mpi(1, sys.executable, str(script))
+    assert p.returncode == 0, p.stderr
+    assert "hier ok" in p.stdout

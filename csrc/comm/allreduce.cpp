@@ -31,14 +31,6 @@ const char* algo_name(Algo a) {
   return "?";
 }
 
-void mpi_check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  GDL_FAIL(what, ": ", std::string(msg, len));
-}
-
 // --- datatypes and ops ---------------------------------------------------------------------
 template <bool BF16, Op O>
 static void user_op16(void* in, void* inout, int* len, MPI_Datatype*) {

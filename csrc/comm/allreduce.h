@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_check.h"
+#include "comm/topology.h"
 #include "comm/types.h"
 
 namespace gdl::comm {
@@ -57,10 +59,7 @@ void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm com
 MPI_Datatype mpi_datatype(DType t);
 MPI_Op mpi_op(DType t, Op op);
 
-// Shared by the algorithm files: an MPI return-code check that throws with MPI's own message, and a
-// scratch buffer reused across calls by the calling thread (no allocation in steady state).
-void mpi_check(int rc, const char* what);
-#define GDL_MPI(call) ::gdl::comm::mpi_check((call), #call)
+// A scratch buffer reused across calls by the calling thread (no allocation in steady state).
 char* scratch(std::size_t bytes);
 
 // Block c of n blocks of count elements: the first count % n blocks hold one element more.
@@ -72,30 +71,7 @@ inline Block block(std::size_t count, int n, int c) {
   return {uc * q + (uc < rem ? uc : rem), q + (uc < rem ? 1 : 0)};
 }
 
-// --- node topology and the hierarchical all-reduce (comm/hier.cpp) --------------------------
-// Ranks are grouped into nodes by MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), or, when
-// set_ranks_per_node(G > 0) was called, in blocks of G consecutive ranks (layouts MPI cannot see).
-void set_ranks_per_node(int g);
-int ranks_per_node_setting();
-
-struct Topology {
-  int nodes = 1;        // number of nodes
-  int local_rank = 0;   // this rank's index inside its node
-  int local_size = 1;   // ranks on this rank's node
-  int min_local = 1;    // ranks on the smallest node: the number of shards hier cuts a buffer into
-  int max_local = 1;
-};
-// Collective over comm the first time (cached on comm as an MPI attribute, freed with it).
-Topology topology(MPI_Comm comm);
-// The sub-communicators hier uses: this rank's node, and the ranks of every node with the same
-// local rank (MPI_COMM_NULL where local_rank >= min_local). Owned by comm's cached layout.
-void level_comms(MPI_Comm comm, MPI_Comm* node, MPI_Comm* cross);
-
-// Below this many bytes per rank, hier runs its leader variant: intra-node reduce to local rank
-// 0, all-reduce among the node leaders, intra-node broadcast (fewer, larger steps win when
-// latency dominates). From this size up: reduce-scatter / shard all-reduce / all-gather.
-constexpr std::size_t kHierLeaderBelowBytes = 64 * 1024;
-const char* hier_variant(std::size_t bytes);  // "leader" or "rs-ag"
+// --- the hierarchical all-reduce (comm/hier.cpp; the node layout: comm/topology.h) -----------
 void hier_allreduce(void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm);
 
 // --- benchmarking --------------------------------------------------------------------------

@@ -22,7 +22,9 @@ int nccl_device(MPI_Comm comm) {
   return local % n;
 }
 
-ncclComm_t nccl_comm(MPI_Comm comm) {
+ncclComm_t nccl_comm(MPI_Comm comm) { return nccl_comm_on(comm, nccl_device(comm)); }
+
+ncclComm_t nccl_comm_on(MPI_Comm comm, int device) {
   static std::mutex mu;
   static std::map<MPI_Comm, ncclComm_t> cache;  // one NCCL communicator per MPI communicator
   std::lock_guard<std::mutex> lock(mu);
@@ -31,7 +33,7 @@ ncclComm_t nccl_comm(MPI_Comm comm) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  CUDA_CHECK(cudaSetDevice(nccl_device(comm)));
+  CUDA_CHECK(cudaSetDevice(device));
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
