@@ -42,7 +42,7 @@ def allreduce_run(out: Path, layout: str, rate: str, args: argparse.Namespace) -
     nodes, per_node = (int(x) for x in layout.split("x"))
     path = out / f"allreduce-{layout}-{rate}.json"
     emulated(nodes, per_node, rate, GDL, "allreduce", "--algo", "all", "--servers", str(nodes * per_node),
-             "-b", "8", "-e", args.max_size, "-f", "4", "--mode", "in", "-n", str(args.iters), "-w", "2",
+             "-b", "8", "-e", args.max_size, "-f", str(args.factor), "--mode", "in", "-n", str(args.iters), "-w", "2",
              "--fit", "--fit-min", "64K", "--fit-regimes", str(args.regimes), "--json", str(path))
     return json.loads(path.read_text())
 
@@ -80,6 +80,7 @@ def main() -> None:
     ap.add_argument("--rates", default="1gbit,10gbit")
     ap.add_argument("--layouts", default="2x1,2x2")
     ap.add_argument("--max-size", default="16M")
+    ap.add_argument("--factor", type=int, default=2, help="size step factor of the sweep from 8 B (default 2)")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--regimes", type=int, default=2, help="--fit-regimes of each fit (default 2)")
     ap.add_argument("--iteration", action="store_true", help="also the alexnet iteration on 2 x 1 at the first rate")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 
 import pytest
-from conftest import requires_gpu, run_cli, run_mpi
+from conftest import GDLBENCH_CMD, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
 
 from gdlbench import cluster
 from gdlbench import collectives as C
@@ -258,3 +259,13 @@ def test_nccl_hier_matches_the_mpi_hier(tmp_path):
     p = run_mpi(1, sys.executable, str(script))
     assert p.returncode == 0, p.stderr
     assert "hier ok" in p.stdout
+
+
+def test_launcher_mismatch_under_slurm_advises_srun_pmi2():
+    """srun --mpi=none starts N one-rank worlds: the warning names the launcher that fixes it."""
+    env = mpi_env() | {"SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}
+    env.pop("PMI_SIZE", None)
+    p = subprocess.run([*GDLBENCH_CMD, "allreduce", "--size", "8", "-n", "1"], capture_output=True, text=True,
+                       timeout=120, env=env, cwd=NEUTRAL_CWD)
+    assert p.returncode == 0, p.stderr
+    assert "SLURM_NTASKS=2" in p.stderr and "srun --mpi=pmi2" in p.stderr
