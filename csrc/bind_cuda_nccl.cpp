@@ -45,17 +45,11 @@ void bind_cuda_nccl(py::module_& m) {
         else cuda::nccl_allreduce(as_ptr(ptr), count, t, o, c);
       },
       py::arg("comm"), py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
-<<<<<<< HEAD
       py::arg("algo") = "library",
       "In-place all-reduce of count elements at a device pointer over the ranks of comm: ncclAllReduce "
       "(library) or the hierarchical one (hier: NCCL inside each node and across nodes).");
   m.def("set_ranks_per_node", &comm::set_ranks_per_node, py::arg("ranks_per_node"),
         "This module's copy of the node grouping (gdlbench.env.set_ranks_per_node sets both).");
-  m.def("nccl_device", [](py::object comm) { return cuda::nccl_device(get_comm(comm)); }, py::arg("comm"),
-        "The device this rank uses: local rank modulo the visible devices.");
-=======
-      "In-place ncclAllReduce of count elements at a device pointer over the ranks of comm.");
->>>>>>> main
 }
 
 }  // namespace gdl::bind

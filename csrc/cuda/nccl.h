@@ -14,8 +14,6 @@ namespace gdl::cuda {
 
 // The NCCL communicator over the ranks of comm (created on first use; collective over comm).
 ncclComm_t nccl_comm(MPI_Comm comm);
-// The same on a given device (a sub-communicator whose own split would pick another one).
-ncclComm_t nccl_comm_on(MPI_Comm comm, int device);
 
 ncclDataType_t nccl_dtype(comm::DType t);
 ncclRedOp_t nccl_op(comm::Op op);

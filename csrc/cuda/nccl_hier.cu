@@ -13,9 +13,9 @@ void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op o
   const comm::Topology topo = comm::topology(comm);
   MPI_Comm node = MPI_COMM_NULL, cross = MPI_COMM_NULL;
   comm::level_comms(comm, &node, &cross);
-  const int device = nccl_device(comm);  // the parent's choice: a cross communicator spans nodes
-  ncclComm_t in_node = nccl_comm_on(node, device);
-  ncclComm_t across = cross != MPI_COMM_NULL ? nccl_comm_on(cross, device) : nullptr;
+  // Both on this process's device (chosen once, before any CUDA work), as every NCCL communicator.
+  ncclComm_t in_node = nccl_comm(node);
+  ncclComm_t across = cross != MPI_COMM_NULL ? nccl_comm(cross) : nullptr;
   const ncclDataType_t dt = nccl_dtype(t);
   const ncclRedOp_t rop = nccl_op(op);
   const std::size_t es = comm::dtype_size(t);
