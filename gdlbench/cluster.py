@@ -87,7 +87,8 @@ class Link:
             beta = float(fit["beta_us_per_byte"])
             regimes = tuple((int(r["from_bytes"]), float(r["alpha_us"]), float(r["beta_us_per_byte"]))
                             for r in fit.get("regimes") or [])
-            return cls(name, float(fit["alpha_us"]), 1e-3 / beta if beta > 0 else math.inf,
+            # beta 0: the fit found no size term (all latency); 1e12 GB/s stands for "free"
+            return cls(name, float(fit["alpha_us"]), 1e-3 / beta if beta > 0 else 1e12,
                        float(fit.get("gamma_us_per_byte") or 0.0), source, regimes)
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{source}: cannot read the {name} fit: {exc}") from None

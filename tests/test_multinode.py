@@ -92,11 +92,11 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     for level, ranks in (("intra", 2), ("inter", 2)):
         f = levels[level]
         assert f["ranks"] == ranks and f["wrong"] == 0
-        assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] > 0 and f["median_rel_error_64k"] is not None
+        assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] >= 0 and f["median_rel_error_64k"] is not None
     check = levels["model_check"]
     assert {p["algo"] for p in check["points"]} == {"library", "ring", "hier"}
     for pt in check["points"]:
-        assert pt["two_level_us"] > 0 and pt["flat_us"] > 0
+        assert pt["two_level_us"] >= 0 and pt["flat_us"] >= 0
         assert math.isclose(pt["two_level_error"], (pt["two_level_us"] - pt["measured_us"]) / pt["measured_us"])
     assert "two-level fit" in p.stdout and "flat error %" in p.stdout
     # the saved report is a cluster for predict
