@@ -102,7 +102,8 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     # the saved report is a cluster for predict
     c = cluster.load_cluster(out)
     assert c.per_node == 2 and c.nodes == 2
-    assert math.isclose(c.inter.beta_us_per_byte, levels["inter"]["beta_us_per_byte"])
+    beta = levels["inter"]["beta_us_per_byte"]
+    assert math.isclose(c.inter.beta_us_per_byte, beta) if beta > 0 else c.inter.gbs == 1e12
 
 
 def test_two_level_fit_recovers_both_levels():
