@@ -21,7 +21,7 @@ from .errors import UsageError
 from .measurement import Measurement
 from .units import parse_size
 
-ALGOS = ("library", "ring", "rd", "tree", "ps")
+ALGOS = ("library", "ring", "rd", "tree", "ps", "hier")
 SERVER_ALGOS = ("ps",)  # algorithms with server ranks (--servers P)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "max", "min")
@@ -115,6 +115,7 @@ class CollectiveResult:
     wrong: int | None = None
     root: int | None = None
     servers: int | None = None
+    variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
 
     @property
     def time_us(self) -> float:
@@ -140,6 +141,8 @@ class CollectiveResult:
             row["root"] = self.root
         if self.servers is not None:
             row["servers"] = self.servers
+        if self.variant is not None:
+            row["variant"] = self.variant
         row.update(self.measurement.stats())
         row["samples_us"] = list(self.measurement.samples_us)
         row.update(algbw_gbs=self.algbw_gbs, busbw_gbs=self.busbw_gbs, wrong=self.wrong)
@@ -208,9 +211,12 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
         raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
 
 
-def algo_label(algo: str, servers: int | None) -> str:
-    """The algorithm as tables show it: ps(P=2) for one with server ranks."""
-    return f"{algo}(P={servers})" if algo in SERVER_ALGOS else algo
+def algo_label(algo: str, servers: int | None, variant: str | None = None) -> str:
+    """The algorithm as tables show it: ps(P=2) for one with server ranks, hier(leader) for the
+    variant a hierarchical one ran."""
+    if algo in SERVER_ALGOS:
+        return f"{algo}(P={servers})"
+    return f"{algo}({variant})" if variant else algo
 
 
 def waived(backend: str, algo: str, dtype: str = "float32") -> str | None:
@@ -261,7 +267,14 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     meas = Measurement(res.samples_us, "steady-clock", region(backend, (algo,)))
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
                             None if res.wrong < 0 else int(res.wrong), root if k.rooted else None,
-                            servers if algo in SERVER_ALGOS else None)
+                            servers if algo in SERVER_ALGOS else None, hier_variant(nbytes) if algo == "hier" else None)
+
+
+def hier_variant(size_bytes: int) -> str:
+    """The variant `--algo hier` runs at this size per rank: 'leader' (reduce to each node's
+    first rank, all-reduce among those, broadcast) below HIER_LEADER_BELOW_BYTES, else 'rs-ag'
+    (intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node all-gather)."""
+    return _core.hier_variant(int(size_bytes))
 
 
 def _modes(inplace: bool | None) -> tuple[bool, ...]:
@@ -289,7 +302,8 @@ def allreduce(sizes, dtype: str = "float32", op: str = "sum", algo: str = "libra
               servers: int = 1, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
               comm=None) -> list[CollectiveResult]:
     """All-reduce at each size (bytes per rank; ints or strings such as '64MB'). algo: library
-    (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks)."""
+    (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks), hier
+    (two levels: inside each node, then across nodes; env.topology says what a node is)."""
     return collective("allreduce", sizes, dtype, op, algo, backend, iters, warmup, check, inplace,
                       servers=servers, device=device, timeout=timeout, comm=comm)
 

@@ -119,6 +119,9 @@ _ENTRIES = (
     Cost("tree", "2 ceil(log2 N) (a + m b) + ceil(log2 N) m g",
          lambda s: Terms.one_level(2 * s.log2, 2 * s.log2, s.log2),
          aliases=("binomial", "binomial_tree", "binomial-tree")),
+    Cost("hier", "2(N-1) a + 2(N-1)/N m b + (N-1)/N m g  (one level: its reduce-scatter + all-gather; "
+                 "two levels: gdlbench.cluster)",
+         lambda s: Terms.one_level(2 * (s.nranks - 1), 2 * s.share, s.share), aliases=("hierarchical",)),
     Cost("ps", "2 (a + (N/P) m b) + (N/P) m g", _sum(_ps_push, _ps_pull),
          aliases=("parameter_server", "parameter-server"), parts=("ps_push", "ps_pull")),
     Cost("ps_push", "a + (N/P) m b + (N/P) m g", _ps_push),

@@ -115,13 +115,19 @@ class CommModel:
         return cls(algo, alpha_us, 1e6 / (gbs * 1e9), gamma, source)
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
-        return self.time_us(self.formula, m, n, servers)
+        return self.allreduce_us(self.formula, m, n, servers)
 
-    def time_us(self, formula: str, m: float, n: int, servers: int | None = None) -> float:
-        """A message of m bytes among n workers priced by the costmodel entry `formula` with these
-        parameters (the regime of size m)."""
+    # What predict_iteration asks of a communication model (gdlbench.cluster.Cluster answers the same):
+    # the costmodel entry's formula with this fit's parameters (the regime of size m).
+    def allreduce_us(self, algo: str, m: float, n: int, servers: int | None = None) -> float:
         a, b = self.params_for(m)
-        return costmodel.time_us(formula, m, n, a, b, self.gamma_us_per_byte, servers)
+        return costmodel.time_us(algo, m, n, a, b, self.gamma_us_per_byte, servers)
+
+    def push_us(self, m: float, n: int, servers: int) -> float:
+        return self.allreduce_us("ps_push", m, n, servers)
+
+    def pull_us(self, m: float, n: int, servers: int) -> float:
+        return self.allreduce_us("ps_pull", m, n, servers)
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
@@ -515,7 +521,7 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
             for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes)]
 
 
-def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None, strategy: Strategy,
+def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                       workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
                       pull_costs_us: Sequence[float] | None = None) -> Prediction:
     """The model's iteration time for `strategy` on `workers` workers (module docstring).
@@ -552,16 +558,16 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
         costs = [float(c) for c in message_costs_us]
         if strategy.collective == "ps" and strategy.ps_pull == "after_push":
             after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
-                                [comm.time_us("ps_pull", m, n, servers) for m in sizes])
+                                [comm.pull_us(m, n, servers) for m in sizes])
     elif strategy.collective == "ps":
         if strategy.ps_pull == "after_push":
-            costs = [comm.time_us("ps_push", m, n, servers) for m in sizes]
-            after_push_pulls = [comm.time_us("ps_pull", m, n, servers) for m in sizes]
+            costs = [comm.push_us(m, n, servers) for m in sizes]
+            after_push_pulls = [comm.pull_us(m, n, servers) for m in sizes]
         else:
-            costs = [comm.time_us("ps", m, n, servers) for m in sizes]
+            costs = [comm.push_us(m, n, servers) + comm.pull_us(m, n, servers) for m in sizes]
     else:
         algo = strategy.algo or comm.formula
-        costs = [comm.time_us(algo, m, n) for m in sizes]
+        costs = [comm.allreduce_us(algo, m, n) for m in sizes]
     compute_slowdown, comm_slowdown = phases.slowdowns()
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
     backward_end = layer_ends[-1] if layer_ends else 0.0
@@ -623,7 +629,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
                       comm_exposed, t_u, messages, tl)
 
 
-def predict_scaling(net: Network | str, phases: Phases, comm: CommModel, strategies: Iterable[Strategy],
+def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
                     workers: Sequence[int], dtype_bytes: int = 4) -> list[dict]:
     """Rows per (strategy, N): t_iter_us, images_per_s, speedup S(N) = N t(1)/t(N), efficiency S/N,
     and the exposed phases. t(1) is the same strategy on one worker (no communication)."""

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "comm/collective.h"
+#include "comm/mpi_check.h"
+#include "comm/topology.h"
 
 namespace gdl::comm {
 
@@ -40,6 +42,21 @@ void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm com
 // bfloat16 a contiguous 2-byte type and user-defined ops that widen to float, reduce and round.
 MPI_Datatype mpi_datatype(DType t);
 MPI_Op mpi_op(DType t, Op op);
+
+// A scratch buffer reused across calls by the calling thread (no allocation in steady state).
+char* scratch(std::size_t bytes);
+
+// Block c of n blocks of count elements: the first count % n blocks hold one element more.
+struct Block {
+  std::size_t offset, count;
+};
+inline Block block(std::size_t count, int n, int c) {
+  const std::size_t q = count / n, rem = count % n, uc = static_cast<std::size_t>(c);
+  return {uc * q + (uc < rem ? uc : rem), q + (uc < rem ? 1 : 0)};
+}
+
+// --- the hierarchical all-reduce (comm/hier.cpp; the node layout: comm/topology.h) -----------
+void hier_allreduce(void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm);
 
 // --- benchmarking --------------------------------------------------------------------------
 // The MPI call of spec.coll on a harness's buffers (sendbuf nullptr: in place, as Layout says).

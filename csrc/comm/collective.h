@@ -24,6 +24,8 @@ enum class Algo {
   rd,       // recursive doubling; N not a power of two: the extra ranks fold into a partner first
   tree,     // binomial-tree reduce to rank 0, then binomial-tree broadcast
   ps,       // parameter server: ranks 0..P-1 each own 1/P of the buffer; push, reduce, pull
+  hier,     // two levels (comm/hier.cpp): intra-node reduce-scatter, inter-node all-reduce of each
+            // shard, intra-node all-gather; below kHierLeaderBelowBytes node leaders do it instead
 };
 
 struct AllreduceOptions {
@@ -125,7 +127,8 @@ struct AlgoName {
   const char* name;
 };
 inline const AlgoName kAlgos[] = {
-    {Algo::library, "library"}, {Algo::ring, "ring"}, {Algo::rd, "rd"}, {Algo::tree, "tree"}, {Algo::ps, "ps"}};
+    {Algo::library, "library"}, {Algo::ring, "ring"}, {Algo::rd, "rd"}, {Algo::tree, "tree"}, {Algo::ps, "ps"},
+    {Algo::hier, "hier"}};
 
 inline const char* algo_name(Algo a) { return kAlgos[static_cast<int>(a)].name; }
 

@@ -32,6 +32,9 @@ ncclRedOp_t nccl_op(comm::Op op);
 
 // In place, on the process's stream (default_stream()), waited for before returning.
 void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm);
+// The hierarchical all-reduce (cuda/nccl_hier.cu): NCCL inside each node, NCCL across nodes on
+// 1/G of the buffer (below comm::kHierLeaderBelowBytes through the node leaders). In place, synchronised.
+void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm);
 
 // The collective spec.coll on device buffers (sendbuf nullptr: in place), queued on stream.
 void nccl_launch(const comm::BenchSpec& spec, const void* sendbuf, void* recvbuf, ncclComm_t nc, cudaStream_t stream);
