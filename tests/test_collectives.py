@@ -388,9 +388,9 @@ def test_algorithms_a_backend_lacks_are_waived(monkeypatch, capsys, tmp_path):
     timed = [r for r in doc["rows"] if "waived" not in r]
     waived = [r for r in doc["rows"] if "waived" in r]
     assert {r["algo"] for r in timed} == {"library"} and len(timed) == 2  # out of place and in place
-    assert {r["algo"] for r in waived} == {"ring", "rd", "tree", "ps"}
+    assert {r["algo"] for r in waived} == {"ring", "rd", "tree", "ps", "hier"}
     assert all("nccl has no algorithm" in r["waived"] and "time_us" not in r for r in waived)
-    assert doc["summary"]["rows_waived"] == 4
+    assert doc["summary"]["rows_waived"] == 5
     assert "ring (waived)" in captured.out and "waived (not run): nccl has no algorithm ring" in captured.out
     # asking only for what the backend lacks runs nothing: a usage error
     assert cli.main(["allreduce", "--size", "64", "--algo", "ring", "-n", "2"]) == 2
