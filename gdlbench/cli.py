@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "allgather": ("allgather", "all-gather, MPI or NCCL (size = total buffer)"),
     "broadcast": ("broadcast", "broadcast, MPI or NCCL"),
     "layer": ("layer", "forward/backward time of one layer other than convolution"),
+    "compress": ("compress", "encode cost of gradient compression (top-k sparsification), us per byte"),
+    "study": ("study", "the whole study: measure, predict, and write one report (HTML, Markdown, JSON)"),
 }
 
 
@@ -52,9 +54,9 @@ def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: b
 
 
 def check_common(args: argparse.Namespace) -> None:
-    if getattr(args, "iters", 1) < 1:
+    if (getattr(args, "iters", None) or 1) < 1:  # None: the command's own default (study)
         raise UsageError(f"--iters must be >= 1, got {args.iters}")
-    if getattr(args, "warmup", 0) < 0:
+    if (getattr(args, "warmup", None) or 0) < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
     if getattr(args, "threads", None) is not None and not 1 <= args.threads <= 1024:
         raise UsageError(f"--threads must be between 1 and 1024, got {args.threads}")

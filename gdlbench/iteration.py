@@ -124,6 +124,7 @@ class IterationResult:
     phases: dict[str, Measurement]
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
+    io_threads: int | None = None  # threads that read and decode the batch (None: no I/O phase)
 
     def rows(self) -> list[dict]:
         """Phase rows, then per-layer rows, then per strategy its messages and composed iteration."""
@@ -155,7 +156,7 @@ class IterationResult:
                 "phases_us": {k: m.median for k, m in self.phases.items()},
                 "forward_sum_of_layers_us": sum(la["forward"].median for la in self.layers),
                 "backward_sum_of_layers_us": sum(la["backward"].median for la in self.layers),
-                "overlap_efficiency": self.overlap_efficiency}
+                "overlap_efficiency": self.overlap_efficiency, "io_threads": self.io_threads}
 
     def phases_model(self) -> Phases:
         """The isolated phases as the model reads them."""
@@ -166,7 +167,7 @@ class IterationResult:
                       layer_forward_us={la["name"]: la["forward"].median for la in self.layers},
                       layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
                       net=self.net, workers=self.world_size, source="measured",
-                      overlap_efficiency=self.overlap_efficiency)
+                      overlap_efficiency=self.overlap_efficiency, io_threads=self.io_threads)
 
     def top_layers(self, n: int = 5) -> list[dict]:
         total = sum(la["forward"].median + la["backward"].median for la in self.layers) or 1.0
@@ -259,7 +260,8 @@ class Iteration:
                                          "the whole backward pass (activation gradients zeroed first)")
         phases["update"] = Measurement(net.time_update(**plan), clock, "SGD with momentum over all parameters")
         result = IterationResult(self.net.name, self.batch, self.device, self.comm.Get_size(), self.threads, layers,
-                                 phases, overlap_efficiency=self.overlap_efficiency())
+                                 phases, overlap_efficiency=self.overlap_efficiency(),
+                                 io_threads=(self.io_threads or self.threads) if self.io else None)
         model_phases = result.phases_model()
         for strategy in self.strategies:
             mplan = plan_messages(self.net, strategy, net.layer_param_offset)

@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if not root:
         return 0
     print_result(result, it)
+    layer_names = [la["name"] for la in result.layers]
     report = Report("iteration", vars(args) | {"net": result.net, "batch": result.batch, "device": result.device},
                     env.collect(), {"clock": "steady-clock" if result.device == "cpu" else
                                     "cuda-events (phases), steady-clock (messages, composed iteration)",
@@ -121,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
                     summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
                                               "top_layers": result.top_layers(),
                                               "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
-                                                              for run in result.runs}})
+                                                              for run in result.runs},
+                                              "measured_timelines": {
+                                                  run.strategy.name: vars(run.measured_timeline(layer_names))
+                                                  for run in result.runs}})
     report.write(outputs.get("--json"), outputs.get("--csv"))
     if args.plot:
         from ..plots import plot_breakdown
@@ -133,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
 
         wfbp = [run for run in result.runs if run.strategy.overlap == "wfbp"]
         run_ = (wfbp or result.runs)[-1]
-        names = [la["name"] for la in result.layers]
-        plot_timeline(run_.measured_timeline(names), outputs["--plot-timeline"].path,
+        plot_timeline(run_.measured_timeline(layer_names), outputs["--plot-timeline"].path,
                       title=f"{result.net} measured, {run_.strategy.name}, {result.world_size} worker(s)")
     return 0
