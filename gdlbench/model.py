@@ -538,9 +538,10 @@ class Compression:
         """RATIO[:COST]: e.g. 100 or 100:2e-4 (COST in us per dense byte)."""
         ratio, _, cost = str(text).partition(":")
         try:
-            return cls(float(ratio), float(cost) if cost else 0.0)
+            values = float(ratio), float(cost) if cost else 0.0
         except ValueError:
             raise UsageError(f"--compress: expected RATIO[:US_PER_BYTE], e.g. 100:2e-4, got {text!r}") from None
+        return cls(*values)
 
     def to_dict(self) -> dict:
         return {"ratio": self.ratio, "encode_us_per_byte": self.encode_us_per_byte}

@@ -29,7 +29,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,10 @@ class Config:
     link: str | None = None  # "ALPHA_US:GBS": predict with this link instead of the measured fit
     io_dir: str | None = None
     compress_ratio: float = COMPRESS_RATIO
+    net_specs: dict[str, str] = field(default_factory=dict)  # name -> built-in name or spec file
+
+    def net_spec(self, name: str) -> str:
+        return self.net_specs.get(name, name)
 
     def to_dict(self) -> dict:
         return dict(vars(self))
@@ -109,7 +113,11 @@ def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
     from .units import parse_int_list
 
     quick = bool(args.quick)
-    nets = [load_network(n).name for n in (args.nets or DEFAULT_NETS).split(",") if n.strip()]
+    specs = {}
+    for spec in (x.strip() for x in (args.nets or DEFAULT_NETS).split(",")):
+        if spec:  # a spec file by its absolute path: the cells run in the study's directory
+            specs[load_network(spec).name] = str(Path(spec).resolve()) if Path(spec).is_file() else spec
+    nets = list(specs)
     if not nets:
         raise UsageError("--nets: give at least one network")
     strategies = [s.name for s in get_strategies(args.strategies or DEFAULT_STRATEGIES)]
@@ -130,7 +138,8 @@ def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
     if iters < 1 or warmup < 0:
         raise UsageError(f"need --iters >= 1 and --warmup >= 0, got {iters} and {warmup}")
     return Config(nets, strategies, _parse_batch(args.batch, nets, device, quick), workers, scales, world_size,
-                  device, iters, warmup, args.threads, quick, args.link, args.io_dir, float(ratio))
+                  device, iters, warmup, args.threads, quick, args.link,
+                  str(Path(args.io_dir).resolve()) if args.io_dir else None, float(ratio), specs)
 
 
 def _link(text: str) -> tuple[float, float]:
@@ -186,9 +195,9 @@ def plan_cells(cfg: Config) -> list[Cell]:
                       ["compress", "--ratio", f"{cfg.compress_ratio:g}", "--values", values, *_common(cfg),
                        "--json", "cells/compress.json"], weight=1.0, launcher=False))
     for net_name in cfg.nets:
-        net = load_network(net_name)
+        net = load_network(cfg.net_spec(net_name))
         b = cfg.batch[net_name]
-        argv = ["iteration", "--net", net_name, "--batch", str(b), "--strategy", ",".join(cfg.strategies),
+        argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
                 *_common(cfg), "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
                 "--json", f"cells/iteration-{net_name}.json"]
         # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
@@ -510,7 +519,9 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
     commands: dict[str, str] = {}
     base_argv: dict[str, list[str]] = {}
     for s in strategies:
-        argv = ["--phases", phases_file, *_comm_argv(cfg, s), "--strategy", s.name]
+        spec = cfg.net_spec(net_name)
+        argv = ["--phases", phases_file, *(["--net", spec] if spec != net_name else []), *_comm_argv(cfg, s),
+                "--strategy", s.name]
         base_argv[s.name] = argv
         ev = _evaluate(root, [*argv, "--workers", workers])
         rows += ev.rows
@@ -558,7 +569,7 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
                          "comm_exposed_pct": 100 * parts.get("comm", 0.0) / total})
         winner = next(s for s in strategies if s.name == best["strategy"])
         whatifs.append(what_ifs(root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
-    return {"batch": summary["batch"], "params": load_network(net_name).params,
+    return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
             "predict_commands": commands, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency")}

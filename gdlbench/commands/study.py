@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _prepare(args: argparse.Namespace, world_size: int) -> tuple[Path, object, bool]:
+    from ..plots import require_matplotlib
+
+    require_matplotlib()  # the report's figures: fail now, not after the measurements
     if args.resume:
         root = Path(args.resume)
         given = [f"--{o.replace('_', '-')}" for o in STUDY_OPTIONS if getattr(args, o) not in (None, False)]
