@@ -492,8 +492,9 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
     fit_summary = None
     if (root / "cells/allreduce-fit.json").is_file():
         fit_doc = json.loads((root / "cells/allreduce-fit.json").read_text())
-        fit_summary = [{k: f.get(k) for k in ("algo", "alpha_us", "beta_us_per_byte", "gamma_us_per_byte",
-                                                "link_gbs", "median_rel_error", "regimes")}
+        fit_summary = [{**{k: f.get(k) for k in ("algo", "alpha_us", "beta_us_per_byte", "gamma_us_per_byte",
+                                                   "link_gbs", "median_rel_error")},
+                        "regimes": len(f.get("regimes") or []) or 1}
                        for f in fit_doc["summary"].get("fit", [])]
     nets = {}
     for net_name in cfg.nets:

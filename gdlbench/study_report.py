@@ -289,7 +289,7 @@ def _fit(doc: Doc, an: dict) -> None:
             rows.append([f["algo"], Num(f["alpha_us"], f"{p}/alpha_us", "{:.2f}", 1.0, " us"),
                          Num(f["link_gbs"], f"{p}/link_gbs", "{:.2f}", 1.0, " GB/s"),
                          Num(f["median_rel_error"], f"{p}/median_rel_error", "{:.1f}", 100.0, " %"),
-                         Num(len(f.get("regimes") or []) or 1, f"{p}/regimes", "{:.0f}")])
+                         Num(f["regimes"], f"{p}/regimes", "{:.0f}")])
         doc.add(Table(["algorithm", "alpha (largest regime)", "1/beta", "median |error|", "regimes"], rows,
                       "fitted by `gdlbench allreduce --fit` on this machine's ranks (cells/allreduce-fit.json); "
                       "the library fit prices the all-reduce strategies, ps the parameter-server ones"))
