@@ -252,7 +252,10 @@ def cell_done(root: Path, cell: Cell) -> bool:
 
 class Eta:
     """Seconds per unit of weight, per kind of cell, learnt from the cells that finished (in this
-    run or the one before a resume)."""
+    run or the one before a resume); until one of a kind has finished, a rough prior (a quiet
+    2-core CPU)."""
+
+    PRIOR = {"fit": 1.0, "compress": 2.0, "iteration": 0.15}
 
     def __init__(self) -> None:
         self.rate: dict[str, list[float]] = {}
@@ -260,16 +263,17 @@ class Eta:
     def learn(self, cell: Cell, seconds: float) -> None:
         self.rate.setdefault(cell.kind, []).append(seconds / cell.weight)
 
-    def left_s(self, pending: list[Cell]) -> tuple[float, int]:
-        """(estimated seconds, how many pending cells have no estimate yet)."""
-        total, unknown = 0.0, 0
+    def left_s(self, pending: list[Cell]) -> tuple[float, bool]:
+        """(estimated seconds, whether a prior stands in for a kind not yet measured)."""
+        total, rough = 0.0, False
         for c in pending:
             rates = self.rate.get(c.kind)
             if rates:
                 total += c.weight * sorted(rates)[len(rates) // 2]
             else:
-                unknown += 1
-        return total, unknown
+                total += c.weight * self.PRIOR[c.kind]
+                rough = True
+        return total, rough
 
 
 def fmt_duration(s: float) -> str:
@@ -360,9 +364,9 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
     todo = [c for c in cells if c.name in pending]
     for i, cell in enumerate(todo):
         if is_root:
-            left, unknown = eta.left_s(todo[i:])
-            estimate = (f"about {fmt_duration(left)} left" + (f" + {unknown} cell(s) not yet estimated" if unknown
-                                                              else "")) if left else "no estimate yet"
+            left, rough = eta.left_s(todo[i:])
+            estimate = f"about {fmt_duration(left)} left" + (" (rough: a prior until a cell of each kind has run)"
+                                                             if rough else "")
             say(f"[{i + 1}/{len(todo)}] {cell.name}: {cell.command(cfg.world_size)} ({estimate})")
         t0 = time.monotonic()
         _run_command(cell.argv, root, (root / f"cells/{cell.name}.log") if is_root else None)
