@@ -114,7 +114,7 @@ img{max-width:100%;height:auto;display:block;margin:.6rem 0}
 .t{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:.6rem 0}
 table{border-collapse:collapse;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}
-.l{text-align:left}.kv td{white-space:normal;overflow-wrap:anywhere}
+.l{text-align:left}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
 caption{caption-side:bottom;text-align:left;font-size:.8rem;color:#555;padding-top:.3rem}
 code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem;border-radius:3px;overflow-wrap:anywhere}
 pre{background:#f4f4f4;padding:.6rem;overflow-x:auto;font-size:.8rem;white-space:pre-wrap;overflow-wrap:anywhere}
