@@ -130,6 +130,9 @@ def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
     workers = sorted(set(workers) | set(scales) | {1, world_size})
     if args.link is not None:
         _link(args.link)
+    elif world_size == 1:
+        raise UsageError("one rank measures no link to predict with: run the study under mpiexec -n 2 (or more), "
+                         "or give --link ALPHA_US:GBS")
     ratio = COMPRESS_RATIO if args.compress_ratio is None else args.compress_ratio
     if not ratio >= 1:
         raise UsageError(f"--compress-ratio must be >= 1, got {ratio}")

@@ -199,6 +199,8 @@ def test_killed_study_resumes_without_measuring_a_finished_cell_again(tmp_path):
 def test_study_bad_input_is_one_line_and_exit_2(tmp_path):
     p = run_cli("study", "--out", str(tmp_path / "x"), "--nets", "nosuchnet", nranks=2)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "nosuchnet" in p.stderr, p.stderr
+    p = run_cli("study", "--out", str(tmp_path / "one"), "--quick")  # one rank, no --link: nothing to predict with
+    assert p.returncode == 2 and "--link" in p.stderr and not (tmp_path / "one").exists(), p.stderr
     p = run_cli("study", "--resume", str(tmp_path / "none"), nranks=2)
     assert p.returncode == 2 and "study.json" in p.stderr, p.stderr
     (tmp_path / "y").mkdir()
