@@ -172,6 +172,11 @@ class Cell:
     def json(self) -> str:
         return f"cells/{self.name}.json"
 
+    @property
+    def outputs(self) -> list[str]:
+        """Every file the command writes (after its --json or --trace), the JSON first."""
+        return [self.argv[i + 1] for i, a in enumerate(self.argv) if a in ("--json", "--trace")]
+
     def command(self, world_size: int) -> str:
         launch = f"mpiexec -n {world_size} " if self.launcher and world_size > 1 else ""
         return launch + "gdlbench " + shlex.join(self.argv)
@@ -202,7 +207,7 @@ def plan_cells(cfg: Config) -> list[Cell]:
         b = cfg.batch[net_name]
         argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
                 *_common(cfg), "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
-                "--json", f"cells/iteration-{net_name}.json"]
+                "--json", f"cells/iteration-{net_name}.json", "--trace", f"cells/trace-{net_name}.json"]
         # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
         work = 3 * net.fwd_macs * b / 1e9 * (cfg.iters + cfg.warmup) * (3 + len(cfg.strategies))
         cells.append(Cell(f"iteration-{net_name}", "iteration", argv, weight=work + 0.05 * net.params / 1e6))
@@ -242,11 +247,13 @@ def remove_partial(root: Path) -> list[str]:
 
 
 def cell_done(root: Path, cell: Cell) -> bool:
+    """Every file of the cell is there (each was written whole or not at all)."""
     try:
         doc = json.loads((root / cell.json).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(doc, dict) and doc.get("tool") == "gdlbench" and isinstance(doc.get("rows"), list)
+    return (isinstance(doc, dict) and doc.get("tool") == "gdlbench" and isinstance(doc.get("rows"), list)
+            and all((root / f).is_file() for f in cell.outputs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +354,7 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
         index["cells"] = []
         for c in cells:
             done = cell_done(root, c)
-            rec = {"name": c.name, "kind": c.kind, "json": c.json, "log": f"cells/{c.name}.log",
+            rec = {"name": c.name, "kind": c.kind, "json": c.json, "files": c.outputs, "log": f"cells/{c.name}.log",
                    "command": c.command(cfg.world_size), "state": "done" if done else "pending",
                    "seconds": old.get(c.name, {}).get("seconds") if done else None,
                    "kept_from_earlier_run": done}
@@ -467,7 +474,8 @@ def breakdown_of(pred: dict) -> dict[str, float]:
 
 
 def measured_breakdown(tl: dict) -> dict[str, float]:
-    """Exposed time of each phase in a measured iteration (its spans, as the executor traced them)."""
+    """Exposed time of each phase in a measured iteration (its spans, as the executor traced them;
+    the prefetch thread's read of the next batch is hidden, the wait for it is not)."""
     spans = tl["timeline"]
 
     def lane_end(lane: str) -> float:
@@ -476,7 +484,8 @@ def measured_breakdown(tl: dict) -> dict[str, float]:
     def lane_sum(lane: str) -> float:
         return sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == lane)
 
-    return {"io": lane_sum("io"), "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
+    io = sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == "io" and "prefetch thread" not in s["name"])
+    return {"io": io, "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
             "backward": lane_sum("backward"), "comm": max(0.0, tl["comm_exposed_us"]),
             "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update")}
 

@@ -321,8 +321,12 @@ def _net_section(doc: Doc, net: str, na: dict, cfg: dict) -> None:
                   "measured phases and the fit; model: the same phases with each message's time measured alone"))
     doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
     doc.add(Heading(3, "Measured timeline of one iteration per strategy"))
-    doc.add(Para(["Each panel is one composed iteration as the executor traced it on rank 0 (I/O wait, copy, "
-                  "forward, each layer's backward, each message on the communication thread, the update)."]))
+    doc.add(Para(["Each panel is one composed iteration (the median round) as the executor traced it on rank 0: "
+                  "I/O wait (the prefetch thread's read of the next batch in grey), copy, forward, each layer's "
+                  "backward, each message on the communication thread, the wait for the last messages, the "
+                  "update. Every rank's trace, with the isolated phases as the model composes them: ",
+                  Code(f"cells/trace-{net}.json"), " (Chrome trace format: open it in ui.perfetto.dev or "
+                  "chrome://tracing)."]))
     doc.add(Image(f"img/timeline-{net}.png", f"{net}: measured timeline per strategy"))
     doc.add(Heading(3, "Scaling"))
     doc.add(Image(f"img/scaling-{net}.png", f"{net}: throughput and efficiency against workers"))
