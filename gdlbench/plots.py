@@ -15,8 +15,8 @@ from typing import Any
 from .errors import UsageError
 
 PHASE_COLOURS = {"io": "#8c8c8c", "h2d": "#bcbd22", "forward": "#1f77b4", "backward": "#ff7f0e",
-                 "comm": "#d62728", "update": "#2ca02c"}
-LANES = ("io", "h2d", "forward", "backward", "comm", "update")
+                 "comm": "#d62728", "wait": "#e8a3a3", "update": "#2ca02c"}
+LANES = ("io", "h2d", "forward", "backward", "comm", "wait", "update")  # wait: for the last messages (a trace's)
 
 
 def require_matplotlib() -> Any:
