@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from .. import env
+from .. import cluster, env
 from ..errors import UsageError
 from ..model import (
     CommModel,
@@ -49,7 +49,8 @@ COLUMNS = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--net", help="network: a built-in name or a .json/.py spec (default: the phases' net)")
-    p.add_argument("--workers", default=DEFAULT_WORKERS, help=f"worker counts N (default {DEFAULT_WORKERS})")
+    p.add_argument("--workers", help=f"worker counts N (default {DEFAULT_WORKERS}; with --nodes: 1, G, 2G, "
+                                     "4G, ... up to the cluster)")
     p.add_argument("--strategy", default="all",
                    help="a preset, a comma-separated list, a strategy .json file, or all (default)")
     p.add_argument("--phases", metavar="FILE",
@@ -67,6 +68,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
     p.add_argument("--bandwidth", type=float, metavar="GBS", help="link bandwidth in GB/s (instead of --beta)")
     p.add_argument("--gamma", type=float, help="reduction time per byte, microseconds per byte (default 0)")
+    g = p.add_argument_group("a two-level cluster (nodes of G workers; instead of --from/--alpha)")
+    g.add_argument("--cluster", metavar="FILE",
+                   help="a cluster file ({\"nodes\": 4, \"per_node\": 8, \"intra\": \"nvlink4\", \"inter\": "
+                        "\"ib-hdr\"}; a link is a preset or {\"alpha_us\", \"gbs\"}), or the --json report of "
+                        "`allreduce --fit` run on several nodes (its measured two-level fit)")
+    g.add_argument("--nodes", type=int, help="nodes in the cluster (with --per-node, --intra, --inter)")
+    g.add_argument("--per-node", type=int, metavar="G", help="workers per node")
+    g.add_argument("--intra", metavar="LINK", help=f"intra-node link: a preset ({', '.join(cluster.LINKS)}) or "
+                                                    "ALPHA_US:GBS")
+    g.add_argument("--inter", metavar="LINK", help="inter-node link: a preset or ALPHA_US:GBS")
+    g.add_argument("--links-per-node", type=int, help="inter-node links (NICs) per node, shared by its workers "
+                                                      "(default 1)")
+    g.add_argument("--list-links", action="store_true", help="print the link presets and their sources, and exit")
     p.add_argument("--bucket", help="fusion bucket size for the presets that fuse, e.g. 25MiB")
     p.add_argument("--servers", type=int, help="parameter servers P (default: P = N)")
     w = p.add_argument_group("what-ifs (the report of `gdlbench study` quotes these, so each number reproduces)")
@@ -133,6 +147,62 @@ def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None =
                      "or --from a saved `gdlbench allreduce --json` file")
 
 
+def _link_arg(text: str, level: str) -> cluster.Link:
+    if ":" in text:
+        try:
+            alpha, gbs = (float(x) for x in text.split(":", 1))
+        except ValueError:
+            raise UsageError(f"--{level}: expected a preset name or ALPHA_US:GBS, got {text!r}") from None
+        return cluster.link({"name": text, "alpha_us": alpha, "gbs": gbs, "source": "command line"}, f"--{level}")
+    return cluster.link(text, f"--{level}")
+
+
+def cluster_from_args(args: argparse.Namespace) -> cluster.Cluster | None:
+    """The two-level cluster of --cluster, or of --per-node/--intra/--inter; None when neither."""
+    shape = [o for o in ("nodes", "per_node", "intra", "inter", "links_per_node") if getattr(args, o) is not None]
+    if not args.cluster and not shape:
+        return None
+    if args.from_file or args.alpha is not None or args.beta is not None or args.bandwidth is not None:
+        raise UsageError("give a cluster (--cluster, or --per-node/--intra/--inter) or --from/--alpha, not both")
+    if args.cluster:
+        if shape:
+            raise UsageError(f"--cluster FILE holds the shape and links; drop --{shape[0].replace('_', '-')}")
+        c = cluster.load_cluster(args.cluster)
+    else:
+        missing = [o for o in ("per_node", "intra", "inter") if getattr(args, o) is None]
+        if missing:
+            raise UsageError(f"a cluster needs --per-node, --intra and --inter (missing --{missing[0].replace('_', '-')})")
+        c = cluster.Cluster(args.per_node, _link_arg(args.intra, "intra"), _link_arg(args.inter, "inter"),
+                            args.links_per_node or 1, args.nodes, source="command line")
+    if args.algo:
+        key = args.algo.strip().lower()
+        algo = "library" if key in ("library", "mpi") else normalise_algo(key)
+        if algo == "ps":
+            raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
+        from dataclasses import replace
+
+        c = replace(c, algo={"recursive_doubling": "rd"}.get(algo, algo))
+    return c
+
+
+def _cluster_workers(c: cluster.Cluster) -> list[int]:
+    """1, G, 2G, 4G, ... up to the cluster's nodes (and the whole cluster)."""
+    out, k = [1, c.per_node], 2
+    while c.nodes and k < c.nodes:
+        out.append(k * c.per_node)
+        k *= 2
+    if c.nodes:
+        out.append(c.nodes * c.per_node)
+    return sorted(set(out))
+
+
+def _print_links() -> None:
+    rows = [{"name": k, "gbs": v.gbs, "alpha": v.alpha_us, "source": v.source} for k, v in cluster.LINKS.items()]
+    print_table("link presets (bandwidth per direction, 1e9 B/s)",
+                [Column("preset", "name"), Column("GB/s", "gbs", fmt_float(3)), Column("alpha (us)", "alpha"),
+                 Column("source", "source")], rows)
+
+
 def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
     """The phases of one serial iteration measured here, on this rank's device and threads."""
     import sys
@@ -172,6 +242,7 @@ class Evaluation:
     summary: dict
     dtype_bytes: int
     compress: Compression | None
+    two_level: Any = None  # a gdlbench.cluster.Cluster, when predicting a two-level cluster
 
     def prediction(self, strategy: Strategy, workers: int) -> Prediction:
         return predict_iteration(self.net, self.phases, self.comm, strategy, workers, self.dtype_bytes,
@@ -181,7 +252,9 @@ class Evaluation:
 def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = _read_json) -> Evaluation:
     """The rows and summary of `gdlbench predict` for these arguments (gdlbench study calls this
     with the very arguments its report quotes). load(path, option) reads a JSON file."""
-    workers = parse_int_list(args.workers, "--workers")
+    two_level = cluster_from_args(args)
+    workers = parse_int_list(args.workers or (",".join(map(str, _cluster_workers(two_level)))
+                                              if two_level and two_level.nodes else DEFAULT_WORKERS), "--workers")
     if max(workers) > 1_000_000:
         raise UsageError(f"--workers: at most 1,000,000, got {max(workers)}")
     if not args.phases and not args.net:
@@ -219,8 +292,12 @@ def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = _read_j
         raise UsageError(f"--phases {args.phases}: layers not in {net.name}: {', '.join(unknown[:5])}"
                          + (" ..." if len(unknown) > 5 else ""))
     summary_fit = doc.get("summary", {}).get("fit") if isinstance(doc.get("summary"), dict) else None
-    comm = comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None, load)
-    comm = comm.scaled(bandwidth=bw, latency=lat)
+    comm = two_level or comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None,
+                                             load)
+    if two_level and (bw, lat) != (1.0, 1.0):
+        raise UsageError("--link-scale scales a one-level link (--from, --alpha/--bandwidth); for a cluster, "
+                         "give its faster links with --intra/--inter")
+    comm = comm if two_level else comm.scaled(bandwidth=bw, latency=lat)
     dtype_bytes = GRAD_DTYPE_BYTES[args.grad_dtype]
     rows = predict_scaling(net, phases, comm, strategies, workers, dtype_bytes, compress=compress)
     summary = {
@@ -236,10 +313,14 @@ def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = _read_j
     }
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
-    return Evaluation(net, phases, comm, strategies, workers, rows, summary, dtype_bytes, compress)
+    return Evaluation(net, phases, comm, strategies, workers, rows, summary, dtype_bytes, compress, two_level)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list_links:
+        if env.rank() == 0:
+            _print_links()
+        return 0
     if args.plot_workers is not None and args.plot_workers < 1:
         raise UsageError(f"--plot-workers must be >= 1, got {args.plot_workers}")
     if args.plot_strategy and not args.plot_timeline:
@@ -252,6 +333,7 @@ def run(args: argparse.Namespace) -> int:
 
         require_matplotlib()
     ev = evaluate(args)
+    two_level = ev.two_level
     net, phases, comm, strategies, workers, rows = ev.net, ev.phases, ev.comm, ev.strategies, ev.workers, ev.rows
     timeline_strategy = None
     if args.plot_timeline:
@@ -266,7 +348,10 @@ def run(args: argparse.Namespace) -> int:
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
                     rows=rows, summary=ev.summary,
                     notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
-                    + ([comm.note] if comm.note else []))
+                    + ([comm.note] if getattr(comm, "note", "") else [])
+                    + ([f"{lv} link {k.name}: {k.source}" for lv, k in (("intra-node", two_level.intra),
+                                                                        ("inter-node", two_level.inter))]
+                       if two_level else []))
     if not is_root:
         return 0
     what_if = [f"{k} {v}" for k, v in (("grad-dtype", args.grad_dtype if args.grad_dtype != "float32" else None),
@@ -275,12 +360,18 @@ def run(args: argparse.Namespace) -> int:
     caption = (f"{net.name}, batch {phases.batch} per worker; phases from {phases.source} "
                f"(t_f {phases.forward_us / 1e3:.2f} ms, t_b {phases.backward_us / 1e3:.2f} ms, "
                f"t_io {phases.io_us / 1e3:.2f}, t_h2d {phases.h2d_us / 1e3:.2f}, t_u {phases.update_us / 1e3:.2f} ms); "
-               f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
-               f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); "
-               f"gradients {net.param_bytes(ev.dtype_bytes):,} B {args.grad_dtype}; speedup = N t(1)/t(N); images/s in total"
-               + (f"; what-if: {', '.join(what_if)}" if what_if else ""))
+               + (f"comm: two-level cluster, {two_level.describe()}, algorithm {two_level.algo} unless the strategy "
+                  f"names one ({two_level.source}); " if two_level else
+                  f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
+                  f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); ")
+               + f"gradients {net.param_bytes(ev.dtype_bytes):,} B {args.grad_dtype}; speedup = N t(1)/t(N); "
+                 "images/s in total" + (f"; what-if: {', '.join(what_if)}" if what_if else ""))
     print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption)
     console = stdout_console()
+    if two_level:
+        for level, k in (("intra-node", two_level.intra), ("inter-node", two_level.inter)):
+            console.print(f"{level} link {escape(k.name)}: {k.gbs:.4g} GB/s, alpha {k.alpha_us:.3g} us. "
+                          f"[dim]Source: {escape(k.source)}[/dim]", highlight=False)
     console.print("strategies (stated assumptions, not exact reproductions of the frameworks):", highlight=False)
     for s in strategies:
         console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "
