@@ -5,6 +5,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from ._checkout import use_installed_if_unbuilt  # noqa: E402
+
+use_installed_if_unbuilt(__path__)  # run from a source checkout's root: the installed modules
+
 from ._native import cuda_status  # noqa: E402  (loads mpi4py.MPI, then the native modules)
 from .conv import ConvResult, ConvShape, conv  # noqa: E402
 from .errors import CheckFailed, UsageError  # noqa: E402

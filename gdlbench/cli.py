@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
+from ._native import THREAD_LEVEL_ENV, THREAD_LEVELS, init_mpi
 from .errors import CheckFailed, UsageError
+from .measurement import check_timing
 
 # subcommand -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -52,10 +55,7 @@ def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: b
 
 
 def check_common(args: argparse.Namespace) -> None:
-    if getattr(args, "iters", 1) < 1:
-        raise UsageError(f"--iters must be >= 1, got {args.iters}")
-    if getattr(args, "warmup", 0) < 0:
-        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    check_timing(getattr(args, "iters", 1), getattr(args, "warmup", 0))
     if getattr(args, "threads", None) is not None and not 1 <= args.threads <= 1024:
         raise UsageError(f"--threads must be between 1 and 1024, got {args.threads}")
 
@@ -67,17 +67,36 @@ def build_parser() -> ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(f".commands.{module}", __package__).add_arguments(p)
+        mod = importlib.import_module(f".commands.{module}", __package__)
+        mod.add_arguments(p)
+        least = command_thread_level(mod)
+        p.add_argument("--mpi-thread-level", choices=THREAD_LEVELS, default=None,
+                       help=f"MPI thread support to initialise MPI with (default: {least}, the least this "
+                            f"command's threads need, or ${THREAD_LEVEL_ENV}); multiple makes MPICH lock "
+                            "around every call")
     return parser
 
 
-def _rank_and_size() -> tuple[int, int]:
-    try:
-        from mpi4py import MPI
+def command_thread_level(module) -> str:
+    """The least MPI thread level a command needs: funneled unless its module says otherwise (its
+    helper threads, the collectives' watchdog, OpenBLAS and OpenMP workers, never call MPI)."""
+    return getattr(module, "MPI_THREAD_LEVEL", "funneled")
 
-        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-    except Exception:  # MPI itself failed to load: report that, not a traceback
-        return 0, 1
+
+# Variables that launchers set to each process's rank: a usage error is reported by rank 0 alone,
+# without initialising MPI for it.
+_LAUNCHER_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def _launcher_rank() -> int:
+    from ._native import MPI
+
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        return MPI.COMM_WORLD.Get_rank()
+    for var in _LAUNCHER_RANK_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,8 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         prog = f"gdlbench {args.command}"
         check_common(args)
+        module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
+        init_mpi(args.mpi_thread_level, least=command_thread_level(module), asked_by="--mpi-thread-level")
     except UsageError as exc:  # every rank sees the same argv, so every rank stops here alike
-        if _rank_and_size()[0] == 0:
+        if _launcher_rank() == 0:
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 
@@ -108,7 +129,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = env.launcher_mismatch()
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
     code = 0
     try:
         code = module.run(args)
@@ -131,7 +151,7 @@ def _fail(prog: str, exc: object, code: int, rank: int, size: int, abort: bool =
     prefix = f"[rank {rank}] " if size > 1 else ""
     print(f"{prefix}{prog}: error: {exc}", file=sys.stderr, flush=True)
     if abort and size > 1:
-        from mpi4py import MPI
+        from ._native import MPI
 
         MPI.COMM_WORLD.Abort(code)
     return code

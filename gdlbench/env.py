@@ -8,7 +8,7 @@ import sys
 from functools import lru_cache
 
 from . import __version__
-from ._native import MPI, _core, _cuda, cuda_status
+from ._native import MPI, _core, _cuda, cuda_status, init_mpi
 from .errors import UsageError
 
 # Variables that launchers set to the number of processes they started.
@@ -16,17 +16,19 @@ _LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"
 
 
 def world() -> MPI.Intracomm:
+    """MPI_COMM_WORLD, MPI initialised first if it is not yet (init_mpi)."""
+    init_mpi()
     return MPI.COMM_WORLD
 
 
 def rank() -> int:
-    return MPI.COMM_WORLD.Get_rank()
+    return world().Get_rank()
 
 
 @lru_cache(maxsize=1)
 def local_ranks() -> int:
     """Ranks of this job on this node."""
-    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    node = world().Split_type(MPI.COMM_TYPE_SHARED)
     try:
         return node.Get_size()
     finally:
@@ -47,7 +49,7 @@ def default_threads() -> int:
 
 def launcher_mismatch() -> str | None:
     """The most common nccl-tests mistake: N processes started, each its own 1-rank MPI world."""
-    size = MPI.COMM_WORLD.Get_size()
+    size = world().Get_size()
     for var in _LAUNCHER_SIZE_VARS:
         value = os.environ.get(var, "")
         if value.isdigit() and int(value) > 1 and size == 1:
@@ -136,6 +138,7 @@ def collect() -> dict:
 
     info: dict = {
         "gdlbench": __version__,
+        "gdlbench_path": os.path.dirname(os.path.abspath(__file__)),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "mpi": MPI.Get_library_version().strip().splitlines()[0],
@@ -145,7 +148,9 @@ def collect() -> dict:
         "blas_note": blas_note(),
         "cpu": _cpu_model(),
         "cpu_cores": usable_cores(),
-        "world_size": MPI.COMM_WORLD.Get_size(),
+        "world_size": world().Get_size(),
+        "mpi_thread_level": init_mpi().level,
+        "mpi_thread_level_how": init_mpi().how,
         "local_ranks": local_ranks(),
         "default_threads": default_threads(),
         "cuda_backend": "built" if _cuda is not None else "not available",

@@ -16,14 +16,16 @@ it otherwise), then the update; one sample per iteration, max over ranks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 
 from . import env
-from ._native import MPI, _core, require_cuda
+from ._native import MPI, _core, require_cuda, require_thread_level
 from .errors import UsageError
-from .measurement import Measurement
+from .hostmem import require_device, require_host
+from .measurement import Measurement, check_timing
 from .model import Phases, Prediction, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
@@ -176,8 +178,19 @@ class IterationResult:
                  "share_pct": 100.0 * (la["forward"].median + la["backward"].median) / total} for la in ranked[:n]]
 
 
+def executor_bytes(net: Network, batch: int) -> int:
+    """What an executor allocates at least: each layer's output and its gradient and the input
+    batch and its staging copy, per sample; parameters, gradients and momentum (float32)."""
+    per_sample = 2 * sum(math.prod(layer.out_shape) for layer in net.layers) + 2 * math.prod(net.input_shape)
+    return 4 * (batch * per_sample + 3 * net.params)
+
+
 class Iteration:
     """Iteration(net, batch, device, strategy).measure() -> IterationResult."""
+
+    # The composed run sends gradients from a communication thread while the main thread computes;
+    # the main thread calls MPI (barriers, max over ranks) only while that thread is idle.
+    MPI_THREAD_LEVEL = "serialized"
 
     def __init__(self, net: str | Network = "resnet50", batch: int | None = None, device: str = "auto",
                  strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
@@ -196,12 +209,19 @@ class Iteration:
             self.strategies = [s for s in self.strategies if s.collective != "ps"]
             if not self.strategies:
                 raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
-        if iters < 1 or warmup < 0:
-            raise UsageError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
+        check_timing(iters, warmup, "iteration")
         self.iters, self.warmup = iters, warmup
+        need = executor_bytes(self.net, self.batch)
+        what = f"iteration --net {self.net.name} --batch {self.batch}: the executor's buffers (at least)"
+        if self.device == "cuda":
+            require_device(require_cuda(), need, what)
+        else:
+            local = env.local_ranks()
+            require_host(need * local, what + (f", {local} ranks on this node" if local > 1 else ""))
         self.threads = threads or env.default_threads()
         self.io, self.io_dir, self.io_threads = io, io_dir, io_threads
-        self.comm = comm or MPI.COMM_WORLD
+        require_thread_level(self.MPI_THREAD_LEVEL, "the composed iteration (its communication thread)")
+        self.comm = comm or env.world()
         self.progress = progress or (lambda _msg: None)
 
     def overlap_efficiency(self) -> float:

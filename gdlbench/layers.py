@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
 
 PASSES = ("fwd", "bwd-data", "bwd-filter", "bwd")
 
@@ -90,8 +90,9 @@ def layer_types(device: str = "cpu") -> list[str]:
 def time_layer(spec: dict, batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
                iters: int = 20, warmup: int = 5, threads: int | None = None) -> list[LayerResult]:
     """Time each pass of one layer (buffers filled with gdlbench's test data; labels for losses)."""
-    if batch < 1 or iters < 1 or warmup < 0:
-        raise UsageError("layer: need batch >= 1, iters >= 1 and warmup >= 0")
+    check_timing(iters, warmup, "layer")
+    if batch < 1:
+        raise UsageError(f"layer: --batch must be >= 1, got {batch}")
     for p in passes:
         if p not in PASSES:
             raise UsageError(f"layer: pass must be one of {', '.join(PASSES)}, got {p!r}")

@@ -16,7 +16,7 @@ import numpy as np
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
 
 BYTES_PER_PARAM = 20
 CHECK_PARAMS = 1 << 16
@@ -101,8 +101,7 @@ def update(params: int = 25_600_000, device: str = "auto", *, lr: float = 0.01, 
     """Time one SGD step over `params` fp32 parameters and a same-traffic copy, interleaved."""
     if not isinstance(params, (int, np.integer)) or params < 1:
         raise UsageError(f"update: params must be a positive integer, got {params!r}")
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"update: need iters >= 1 and warmup >= 0, got {iters}, {warmup}")
+    check_timing(iters, warmup, "update")
     if not (lr >= 0 and 0 <= momentum < 1 and weight_decay >= 0):
         raise UsageError("update: need lr >= 0, 0 <= momentum < 1 and weight_decay >= 0")
     dev, _ = env.resolve_device(device)

@@ -9,6 +9,7 @@ import sys
 
 from .. import collectives as C
 from .. import env
+from .._native import MPI
 from ..cli import common_options
 from ..errors import CheckFailed, UsageError
 from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
@@ -284,7 +285,7 @@ def _fit(results, plan, comm):
         # the link alone; with one sweep at fixed N the two cannot be separated otherwise.
         dtype, op = plan["dtypes"][0], plan["ops"][0] or "sum"
         local = C.reduction_gamma_us_per_byte(dtype, op)
-        gamma = comm.allreduce(local, op=C.MPI.MAX)
+        gamma = comm.allreduce(local, op=MPI.MAX)
         gamma_note = (f"gamma measured separately: local {dtype} {op} reduction of 16 MiB, "
                       f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
         fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],

@@ -23,7 +23,7 @@ from ..model import (
 from ..network import load_network
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
-from ..units import SIZE_CONVENTION, parse_int_list, parse_size
+from ..units import BANDWIDTH_FORMS, SIZE_CONVENTION, parse_bandwidth, parse_int_list, parse_size
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
 
@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                   "with --from, which fit to use")
     p.add_argument("--alpha", type=float, help="latency per step, microseconds")
     p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
-    p.add_argument("--bandwidth", type=float, metavar="GBS", help="link bandwidth in GB/s (instead of --beta)")
+    p.add_argument("--bandwidth", metavar="BW", help="link bandwidth instead of --beta: GB/s as a bare number, "
+                   f"or with a unit ({BANDWIDTH_FORMS}; b = bits)")
     p.add_argument("--gamma", type=float, help="reduction time per byte, microseconds per byte (default 0)")
     p.add_argument("--bucket", help="fusion bucket size for the presets that fuse, e.g. 25MiB")
     p.add_argument("--servers", type=int, help="parameter servers P (default: P = N)")
@@ -101,9 +102,7 @@ def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None =
             v = getattr(args, name)
             if v is not None and (not math.isfinite(v) or v < 0):
                 raise UsageError(f"--{name} must be a finite number >= 0, got {v}")
-        if args.bandwidth is not None and (not math.isfinite(args.bandwidth) or args.bandwidth <= 0):
-            raise UsageError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth}")
-        beta = args.beta if args.beta is not None else 1e6 / (args.bandwidth * 1e9)
+        beta = args.beta if args.beta is not None else 1e6 / (parse_bandwidth(args.bandwidth) * 1e9)
         return CommModel(algo or "ring", args.alpha, beta, args.gamma or 0.0, source="command line")
     if phases_doc_fit is not None:
         return CommModel.from_dict({"summary": {"fit": phases_doc_fit}}, args.algo, source="the phases file's fit")
