@@ -54,6 +54,14 @@ def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: b
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV (rank 0)")
 
 
+def _reject_empty(argv: list[str]) -> None:
+    """An empty value ('--json ""', '--size=') is a mistake, never a default: say which option."""
+    for i, arg in enumerate(argv):
+        if arg == "" or (arg.startswith("-") and arg.endswith("=")):
+            option = arg[:-1] if arg else (argv[i - 1] if i else "an argument")
+            raise UsageError(f"{option}: empty value")
+
+
 def check_common(args: argparse.Namespace) -> None:
     check_timing(getattr(args, "iters", 1), getattr(args, "warmup", 0))
     if getattr(args, "threads", None) is not None and not 1 <= args.threads <= 1024:
@@ -103,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = "gdlbench"
     try:
+        _reject_empty(argv)
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.version:
@@ -119,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         init_mpi(args.mpi_thread_level, least=command_thread_level(module), asked_by="--mpi-thread-level")
     except UsageError as exc:  # every rank sees the same argv, so every rank stops here alike
         if _launcher_rank() == 0:
-            print(f"{prog}: error: {exc}", file=sys.stderr)
+            print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
     from . import env
@@ -134,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = module.run(args)
     except (UsageError, ValueError, OverflowError) as exc:
         code = _fail(prog, exc, 2, rank, size)
+    except OSError as exc:  # a path the checks up front could not foresee (a disk that filled, say)
+        code = _fail(prog, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", 2, rank, size)
     except MemoryError as exc:
         code = _fail(prog, f"cannot allocate: {exc or 'out of memory'}", 2, rank, size)
     except CheckFailed as exc:
@@ -145,11 +156,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def one_line(message: object) -> str:
+    """The message on one line: newlines and other control characters (which a user's input can
+    carry into it) are shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
+
+
 def _fail(prog: str, exc: object, code: int, rank: int, size: int, abort: bool = True) -> int:
     """One line on stderr. In a multi-rank run a failure on one rank ends them all (MPI_Abort),
     so that no rank is left waiting in a collective."""
     prefix = f"[rank {rank}] " if size > 1 else ""
-    print(f"{prefix}{prog}: error: {exc}", file=sys.stderr, flush=True)
+    print(f"{prefix}{prog}: error: {one_line(exc)}", file=sys.stderr, flush=True)
     if abort and size > 1:
         from ._native import MPI
 

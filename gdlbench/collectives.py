@@ -16,7 +16,7 @@ import numpy as np
 from . import env
 from ._native import _core, _cuda
 from .errors import UsageError
-from .measurement import Measurement, check_timing
+from .measurement import MAX_ITERS, Measurement, check_timing
 from .units import parse_size
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
@@ -156,13 +156,13 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
     if algo != "library" and (collective != "allreduce" or backend != "mpi"):
         raise UsageError(f"--algo {algo}: gdlbench's own algorithms are all-reduces on MPI "
                          f"(add --backend mpi, or use --algo library)")
-    if algo == "ps" and not 1 <= servers <= nranks:
+    if not 1 <= servers <= nranks:
         raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
     if collective == "broadcast" and not 0 <= root < nranks:
         raise UsageError(f"--root must be between 0 and {nranks - 1}, got {root}")
     check_timing(iters, warmup)
-    if check < 0:
-        raise UsageError(f"--check must be >= 0, got {check}")
+    if not 0 <= check <= MAX_ITERS:
+        raise UsageError(f"--check must be from 0 to {MAX_ITERS}, got {check}")
     if not (timeout >= 0 and math.isfinite(timeout)):
         raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
 

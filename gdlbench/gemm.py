@@ -91,6 +91,8 @@ def gemm(m: int = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", de
     """Time C = op(A) @ op(B). Give sizes (random inputs), or arrays `a` and `b` (numpy -> CPU, any
     object with __cuda_array_interface__, e.g. CuPy -> GPU); their shapes then set m, n and k."""
     check_timing(iters, warmup, "gemm")
+    if not 0 <= seed < 2**63 - 1:
+        raise UsageError(f"gemm: --seed must be from 0 to 2**63 - 2, got {seed}")
     if (a is None) != (b is None):
         raise UsageError("gemm: give both a and b, or neither")
     if a is not None:

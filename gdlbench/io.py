@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -98,6 +99,10 @@ class Dataset:
         if not path.is_dir():
             raise UsageError(f"io: --dir {root}: not a directory")
         require_writable_dir(path, f"io: --dir {root}")
+        need, free = images * size[0] * size[1] * 3, shutil.disk_usage(path).free  # at most the raw pixels
+        if need > 0.9 * free:
+            raise UsageError(f"io: {images} images of {size[0]}x{size[1]} need up to {need / 1e9:.3g} GB in {root}, "
+                             f"{free / 1e9:.3g} GB free")
         ds = cls._generate(path, images, size, seed)
         ds.tmp = tmp
         return ds

@@ -247,6 +247,7 @@ class Iteration:
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)
         _core.set_compute_threads(self.threads)
+        _core.keep_freed_memory(1 << 30)  # as `gdlbench allreduce`: MPI's temporary buffers stay mapped
         specs = self.net.layer_specs()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
         if self.device == "cuda":

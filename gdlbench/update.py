@@ -102,8 +102,9 @@ def update(params: int = 25_600_000, device: str = "auto", *, lr: float = 0.01, 
     if not isinstance(params, (int, np.integer)) or params < 1:
         raise UsageError(f"update: params must be a positive integer, got {params!r}")
     check_timing(iters, warmup, "update")
-    if not (lr >= 0 and 0 <= momentum < 1 and weight_decay >= 0):
-        raise UsageError("update: need lr >= 0, 0 <= momentum < 1 and weight_decay >= 0")
+    if not (0 <= lr < float("inf") and 0 <= momentum < 1 and 0 <= weight_decay < float("inf")):
+        raise UsageError(f"update: need finite lr >= 0, 0 <= momentum < 1 and finite weight_decay >= 0, got "
+                         f"{lr}, {momentum}, {weight_decay}")
     dev, _ = env.resolve_device(device)
     total = 32 * params  # w, g, v (12 B/param) + copy source and destination (2 x 10 B/param)
     if dev == "cpu":

@@ -1,13 +1,15 @@
 // A watchdog for collectives: if a rank dies or hangs, the survivors sit in MPI forever. While a
-// Watchdog::Scope is alive, a helper thread checks every 50 ms that kick() was called within the
-// last `timeout_s` seconds; if not, it prints one line on stderr and calls MPI_Abort, which ends
-// the whole job with a non-zero status. The helper thread calls MPI only where MPI allows a second
-// thread to (MPI_THREAD_MULTIPLE): at lower levels it ends its own process with _Exit, and the
-// launcher (mpiexec, srun) then ends the other ranks. So any thread level from FUNNELED up works.
+// Watchdog::Scope is alive, a helper thread checks that kick() was called within the last
+// `timeout_s` seconds (every timeout/20, from 50 ms to 1 s: each wake-up takes a core from a rank
+// busy-polling in MPI on a small machine); if not, it prints one line on stderr and ends the job
+// with a non-zero status. It calls MPI only where MPI lets a second thread do so (MPI_Abort under
+// MPI_THREAD_MULTIPLE); at lower levels it ends its own process with _Exit and the launcher
+// (mpiexec, srun) ends the other ranks, so any thread level from FUNNELED up works.
 // Header-only, so both native modules (_core for MPI, _cuda for NCCL) carry it.
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -65,7 +67,8 @@ inline void loop() {
   watchdog_detail::State& s = watchdog_detail::state();
   std::unique_lock<std::mutex> lock(s.mu);
   while (true) {
-    s.cv.wait_for(lock, std::chrono::milliseconds(50));
+    const double poll_s = s.depth ? std::min(1.0, std::max(0.05, s.timeout_s / 20)) : 1.0;
+    s.cv.wait_for(lock, std::chrono::duration<double>(poll_s));
     if (s.depth == 0) continue;
     const double idle = (now_ns() - s.last_kick_ns.load(std::memory_order_relaxed)) * 1e-9;
     if (idle > s.timeout_s) {

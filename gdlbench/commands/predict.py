@@ -135,10 +135,9 @@ def run(args: argparse.Namespace) -> int:
                          "to measure the phases on the spot")
     if args.batch is not None and (args.phases or args.batch < 1):
         raise UsageError("--batch goes without --phases and must be >= 1")
-    if args.servers is not None and args.servers < 1:
-        raise UsageError(f"--servers must be >= 1, got {args.servers}")
-    if args.plot_workers is not None and args.plot_workers < 1:
-        raise UsageError(f"--plot-workers must be >= 1, got {args.plot_workers}")
+    for opt, value in (("--servers", args.servers), ("--plot-workers", args.plot_workers)):
+        if value is not None and not 1 <= value <= 1_000_000:
+            raise UsageError(f"{opt} must be from 1 to 1,000,000, got {value}")
     bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
     strategies = get_strategies(args.strategy, bucket_bytes=bucket, servers=args.servers)
     timeline_strategy = None
