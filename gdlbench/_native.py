@@ -16,16 +16,30 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import mpi4py  # noqa: E402
 
+
+def _started_as_command() -> bool:
+    """This process is the `gdlbench` command (console script or `python -m gdlbench`): the
+    command line, once parsed, chooses MPI's thread level."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    as_module = any(a == "-m" and b in ("gdlbench", "gdlbench.cli", "gdlbench.__main__")
+                    for a, b in zip(argv, argv[1:], strict=False))
+    return as_module or os.path.basename(sys.argv[0] if sys.argv else "") == "gdlbench"
+
+
+# mpi4py would initialise MPI at its import with MPI_THREAD_MULTIPLE, and MPICH then takes a lock
+# around every call (an 8-byte all-reduce 0.3 -> 2.3 us). gdlbench initialises MPI itself, at the
+# least level the run needs (init_mpi): the command once its options are parsed, a program that
+# imports gdlbench at the end of this import (unless it told mpi4py not to initialise MPI).
+# mpi4py still finalises MPI at exit.
+_INIT_AT_IMPORT = "mpi4py.MPI" not in sys.modules and mpi4py.rc.initialize not in (False, "no") \
+    and not _started_as_command()
 if "mpi4py.MPI" not in sys.modules:
-    # mpi4py would initialise MPI at import with MPI_THREAD_MULTIPLE, and MPICH then takes a lock
-    # around every call (an 8-byte all-reduce 0.3 -> 2.3 us). gdlbench initialises MPI when it first
-    # needs it, at the least level the run needs (init_mpi); mpi4py still finalises it at exit.
     mpi4py.rc.initialize = False
     mpi4py.rc.finalize = True
 from mpi4py import MPI  # noqa: E402  -- loads libmpi first, so _core binds to the same library
 
 from . import _core  # noqa: E402
-from .errors import UsageError
+from .errors import UsageError  # noqa: E402
 
 CUDA_IMPORT_ERROR: str | None = None
 if importlib.util.find_spec(f"{__package__}._cuda") is None:
@@ -126,3 +140,7 @@ def require_cuda():
     if count == 0:
         raise UsageError(f"--device cuda: no usable GPU: {why}")
     return _cuda
+
+
+if _INIT_AT_IMPORT:
+    init_mpi()

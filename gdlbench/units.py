@@ -76,7 +76,7 @@ def parse_bandwidth(text: str | float, what: str = "--bandwidth") -> float:
             scale = 1024.0 ** (" KMGT".index(prefix.upper())) if binary else _PREFIX[prefix]
             value = number * scale / (8 if unit in ("b", "bit") else 1) / 1e9
     if not 0 < value <= MAX_GBS:
-        raise UsageError(f"{what}: must be above 0 and at most {MAX_GBS:g} GB/s, got {text!r}")
+        raise UsageError(f"{what}: must be > 0 and at most {MAX_GBS:g} GB/s, got {text!r}")
     return value
 
 

@@ -12,12 +12,6 @@ from pathlib import Path
 import pytest
 
 import gdlbench
-from gdlbench._native import init_mpi
-
-# In-process tests (cli.main, Iteration) share this process's MPI: initialise it at the library's
-# default level (serialized, which every command accepts) before a test's first cli.main() would
-# initialise it at the level of that one command.
-init_mpi()
 
 _BIN = Path(sys.executable).parent
 # The venv's own launcher and console script; where gdlbench was installed without them (the GPU

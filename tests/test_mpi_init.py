@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import GDLBENCH_CMD, NEUTRAL_CWD, mpi_env, run_cli, run_mpi
+from conftest import GDLBENCH_CMD, MPIEXEC, NEUTRAL_CWD, mpi_env, run_cli, run_mpi
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -92,19 +92,19 @@ def test_a_program_that_initialised_mpi_keeps_its_level(level, expected):
 
 
 def test_library_default_is_serialized():
-    code = "from gdlbench import env; from gdlbench._native import init_mpi; env.world(); print(init_mpi().level)"
+    """Imported by a program, gdlbench initialises MPI at once (the program may call mpi4py next)."""
+    code = "import gdlbench; from mpi4py import MPI; print(MPI.COMM_WORLD.Get_size(), gdlbench.init_mpi().level)"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=mpi_env(), cwd=NEUTRAL_CWD)
-    assert p.returncode == 0 and p.stdout.strip() == "serialized", p.stderr
+    assert p.returncode == 0 and p.stdout.split() == ["1", "serialized"], p.stderr
 
 
 # The watchdog under each thread level: with MULTIPLE it calls MPI_Abort; below, it may not call
 # MPI from its own thread, so it exits its process and the launcher ends the others.
 STOP = textwrap.dedent("""
     import os, signal, sys, threading
-    from gdlbench._native import MPI, init_mpi
+    from gdlbench._native import MPI
     from gdlbench import cli
-    init_mpi(sys.argv[1])
     if MPI.COMM_WORLD.rank == 1:
         threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
     sys.exit(cli.main(["allreduce", "-b", "8", "-e", "16M", "-f", "2", "-n", "200", "-w", "1", "--timeout", "4"]))
@@ -114,7 +114,8 @@ STOP = textwrap.dedent("""
 @pytest.mark.parametrize("level", ["funneled", "multiple"])
 def test_watchdog_ends_a_hung_job_at_any_level(level):
     start = time.monotonic()
-    p = run_mpi(2, sys.executable, "-c", STOP, level, timeout=60)
+    p = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-c", STOP], capture_output=True, text=True,
+                       timeout=60, env={**mpi_env(), "GDLBENCH_MPI_THREAD_LEVEL": level}, cwd=NEUTRAL_CWD)
     assert p.returncode != 0, (p.stdout, p.stderr)
     assert "made no progress for 4 s" in p.stderr, p.stderr
     assert time.monotonic() - start < 1.5 + 4 + 10

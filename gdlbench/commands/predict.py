@@ -110,6 +110,11 @@ def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None =
                      "or --from a saved `gdlbench allreduce --json` file")
 
 
+# Without --phases, predict measures one serial iteration here: the composed run's communication
+# thread calls MPI (see Iteration.MPI_THREAD_LEVEL).
+MPI_THREAD_LEVEL = "serialized"
+
+
 def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
     """The phases of one serial iteration measured here, on this rank's device and threads."""
     import sys
