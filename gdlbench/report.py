@@ -139,8 +139,19 @@ def stdout_console() -> Console:
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
 
 
+_table_context = ""
+
+
+def set_table_context(text: str) -> None:
+    """What every table's title ends with: the run's nodes x ranks per node."""
+    global _table_context
+    _table_context = text
+
+
 def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict], console: Console | None = None,
                 caption: str | None = None) -> None:
+    if _table_context:
+        title = f"{title} [{_table_context}]"
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         text = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
