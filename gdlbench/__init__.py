@@ -5,7 +5,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._native import cuda_status  # noqa: E402  (loads mpi4py.MPI, then the native modules)
+from ._checkout import use_installed_if_unbuilt  # noqa: E402
+
+use_installed_if_unbuilt(__path__)  # run from a source checkout's root: the installed modules
+
+from ._native import MpiInit, cuda_status, init_mpi  # noqa: E402  (loads mpi4py.MPI, then the native modules)
 from .conv import ConvResult, ConvShape, conv  # noqa: E402
 from .errors import CheckFailed, UsageError  # noqa: E402
 from .gemm import GemmResult, gemm  # noqa: E402
@@ -15,6 +19,6 @@ from .model import CommModel, Phases, Prediction, predict_iteration, predict_sca
 from .network import Network, builtin_nets, load_network  # noqa: E402
 from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
 
-__all__ = ["PRESETS", "CheckFailed", "CommModel", "ConvResult", "ConvShape", "GemmResult", "Iteration", "IterationResult", "Measurement", "Network",
+__all__ = ["PRESETS", "CheckFailed", "CommModel", "ConvResult", "ConvShape", "GemmResult", "Iteration", "IterationResult", "Measurement", "MpiInit", "Network",
            "Phases", "Prediction", "Strategy", "UsageError", "__version__", "builtin_nets", "conv", "cuda_status",
-           "gemm", "get_strategies", "load_network", "predict_iteration", "predict_scaling"]
+           "gemm", "get_strategies", "init_mpi", "load_network", "predict_iteration", "predict_scaling"]

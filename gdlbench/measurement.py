@@ -6,7 +6,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import UsageError
+
 CLOCKS = ("steady-clock", "cuda-events", "mpi-wtime")
+# Timed iterations and warm-ups per row: the native loops count in C ints and keep every sample.
+MAX_ITERS = 10_000_000
+
+
+def check_timing(iters: int, warmup: int, what: str = "") -> None:
+    """UsageError unless 1 <= iters <= MAX_ITERS and 0 <= warmup <= MAX_ITERS."""
+    prefix = f"{what}: " if what else ""
+    if not (isinstance(iters, (int, np.integer)) and 1 <= iters <= MAX_ITERS):
+        raise UsageError(f"{prefix}--iters must be an integer from 1 to {MAX_ITERS}, got {iters!r}")
+    if not (isinstance(warmup, (int, np.integer)) and 0 <= warmup <= MAX_ITERS):
+        raise UsageError(f"{prefix}--warmup must be an integer from 0 to {MAX_ITERS}, got {warmup!r}")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_
 from ..strategies import get_strategies
 
 DEFAULT_STRATEGIES = "serial,prefetch,wfbp,wfbp-fusion"
+MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL  # the CLI initialises MPI at this level
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

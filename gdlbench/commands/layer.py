@@ -10,6 +10,7 @@ from ..cli import common_options
 from ..errors import UsageError
 from ..layers import BUILTIN, PASSES, time_layer
 from ..report import Column, OutputFile, Report, fmt_float, print_table
+from ..units import split_list
 
 COLUMNS = [
     Column("layer", "layer"), Column("type", "type"), Column("batch", "batch"), Column("phase", "phase"),
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         if unknown:
             raise UsageError(f"--layer: unknown {', '.join(unknown)} (known: {', '.join(BUILTIN)})")
         specs = [{"name": n, **BUILTIN[n]} for n in names]
-    passes = tuple(x.strip() for x in args.passes.split(",") if x.strip())
+    passes = tuple(split_list(args.passes, "--pass"))
     if args.batch < 1:
         raise UsageError(f"--batch must be >= 1, got {args.batch}")
     json_out = OutputFile(args.json, "--json") if args.json else None
