@@ -23,9 +23,20 @@ def rank() -> int:
     return MPI.COMM_WORLD.Get_rank()
 
 
+# Variables that launchers set to the number of this job's processes on this node.
+_LAUNCHER_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
+
+
 @lru_cache(maxsize=1)
 def local_ranks() -> int:
-    """Ranks of this job on this node."""
+    """Ranks of this job on this node: as the launcher says (hydra, Open MPI, MVAPICH), so that
+    one rank may ask alone (a study's rank 0 writing its report); else a collective over
+    COMM_WORLD, which every rank must then enter."""
+    size = MPI.COMM_WORLD.Get_size()
+    for var in _LAUNCHER_LOCAL_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and 1 <= int(value) <= size:
+            return int(value)
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         return node.Get_size()

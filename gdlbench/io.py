@@ -9,14 +9,15 @@ in the page cache: this measures cached reads plus decode, not a cold disk (say 
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -122,7 +123,7 @@ class Dataset:
 
         def make(i: int) -> tuple[str, int]:
             rng = np.random.default_rng([seed, i])
-            buf = io.BytesIO()
+            buf = BytesIO()
             Image.fromarray(_image(rng, *size)).save(buf, "JPEG", quality=JPEG_QUALITY)
             name = f"img{i:07d}.jpg"
             (path / name).write_bytes(buf.getvalue())
@@ -150,7 +151,7 @@ def _read_decode(path: Path) -> int:
 
     with open(path, "rb") as f:
         data = f.read()
-    with Image.open(io.BytesIO(data)) as im:
+    with Image.open(BytesIO(data)) as im:
         im.draft(None, None)  # no DCT scaling: full-size decode, as a training loader does
         im.load()  # libjpeg decode; Pillow releases the GIL while it runs
     return len(data)
@@ -158,6 +159,9 @@ def _read_decode(path: Path) -> int:
 
 @dataclass
 class IoResult:
+    """One batch read (and decoded) timed: the Measurement, images/s and MB/s."""
+
+    command: ClassVar[str] = "io"
     images: int  # dataset size
     batch: int
     threads: int
@@ -209,6 +213,24 @@ def time_read(dataset: Dataset, batch: int = 64, threads: int = 4, decode: bool 
               "released)" if decode else "") + "; files in the page cache")
     return IoResult(len(paths), batch, threads, decode, dataset.mean_bytes, dataset.size,
                     Measurement(samples, "steady-clock", region), sizes)
+
+
+def io(batch: int = 64, threads: int | None = None, decode: bool = True, *, images: int = 256,
+       size: str | tuple[int, int] = DEFAULT_SIZE, directory: str | os.PathLike[str] | None = None,
+       iters: int = 10, warmup: int = 2) -> IoResult:
+    """t_io (`gdlbench io`): read, and decode unless decode=False, a batch of `batch` JPEG files
+    with `threads` threads (default: the usable cores) from a dataset of `images` files of `size`
+    ('500x375' or (500, 375)), generated once in `directory` and reused (default: a temporary
+    directory, removed afterwards)."""
+    from . import env
+
+    wh = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
+    ds = Dataset.ensure(directory, images, wh)
+    try:
+        return time_read(ds, batch, threads or env.usable_cores(), decode, iters, warmup)
+    finally:
+        if ds.tmp is not None:
+            ds.tmp.cleanup()
 
 
 class BatchReader:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
+from typing import ClassVar
 
 from . import env
 from ._native import MPI, _core, require_cuda
@@ -115,6 +116,11 @@ class StrategyRun:
 
 @dataclass
 class IterationResult:
+    """Every phase alone, each layer alone, and per strategy its messages and the composed
+    iteration against the model's prediction."""
+
+    command: ClassVar[str] = "iteration"
+    rank_reduction: ClassVar[str] = "max"
     net: str
     batch: int
     device: str
@@ -124,6 +130,11 @@ class IterationResult:
     phases: dict[str, Measurement]
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
+
+    @property
+    def measurement(self) -> Measurement:
+        """The composed iteration of the first strategy (each run's is runs[i].composed)."""
+        return self.runs[0].composed if self.runs else self.phases["forward"]
 
     def rows(self) -> list[dict]:
         """Phase rows, then per-layer rows, then per strategy its messages and composed iteration."""
@@ -216,13 +227,17 @@ class Iteration:
         """(the loader the composed iteration calls, t_io measured alone), or (None, None)."""
         if not self.io:
             return None, None
-        from . import io as gio
+        from .io import (  # not `from . import io`: gdlbench.io is the function
+            BatchReader,
+            Dataset,
+            time_read,
+        )
 
-        dataset = gio.Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
+        dataset = Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
         threads = self.io_threads or self.threads
-        alone = gio.time_read(dataset, self.batch, threads=threads, decode=True, iters=self.iters,
+        alone = time_read(dataset, self.batch, threads=threads, decode=True, iters=self.iters,
                               warmup=self.warmup).measurement
-        return gio.BatchReader(dataset, self.batch, threads=threads, decode=True), alone
+        return BatchReader(dataset, self.batch, threads=threads, decode=True), alone
 
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)

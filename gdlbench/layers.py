@@ -10,6 +10,7 @@ LAYER_TYPES below (and in csrc/cpu/*.cpp).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from . import env
 from ._native import _core, require_cuda
@@ -61,6 +62,9 @@ BUILTIN: dict[str, dict] = {
 
 @dataclass
 class LayerResult:
+    """One pass of one layer timed: its Measurement and input GB/s."""
+
+    command: ClassVar[str] = "layer"
     name: str
     type: str
     batch: int
@@ -80,6 +84,31 @@ class LayerResult:
                "threads": self.threads, "phase": self.pass_, **self.measurement.to_dict(), "input_gbs": self.gbs}
         row.pop("clock"), row.pop("region")
         return row
+
+
+def resolve(layer: str | dict) -> list[dict]:
+    """Layer specs from built-in names ('alexnet-fc6', a comma list, or 'all') or one spec dict."""
+    if isinstance(layer, dict):
+        if "type" not in layer:
+            raise UsageError("layer: a spec needs a 'type' (and in_shapes, out_shape, attrs, param_shapes)")
+        return [layer]
+    names = list(BUILTIN) if layer == "all" else [n.strip() for n in str(layer).split(",") if n.strip()]
+    unknown = [n for n in names if n not in BUILTIN]
+    if unknown or not names:
+        raise UsageError(f"layer: unknown {', '.join(unknown) or repr(layer)} (known: {', '.join(BUILTIN)})")
+    return [{"name": n, **BUILTIN[n]} for n in names]
+
+
+def layer(layer: str | dict = "resnet50-bn2a", batch: int = 32, device: str = "auto",
+          passes: str | tuple[str, ...] = ("fwd", "bwd"), *, iters: int = 20, warmup: int = 5,
+          threads: int | None = None) -> list[LayerResult]:
+    """Time the forward and backward passes of layers other than convolution (`gdlbench layer`):
+    built-in ones by name (a comma list, or 'all') or one spec dict as Network.layer_specs()
+    gives it. passes: 'fwd', 'bwd-data', 'bwd-filter', 'bwd', a tuple or a comma list."""
+    if isinstance(passes, str):
+        passes = tuple(p.strip() for p in passes.split(",") if p.strip())
+    return [r for spec in resolve(layer) for r in time_layer(spec, batch, device, passes, iters=iters,
+                                                                warmup=warmup, threads=threads)]
 
 
 def layer_types(device: str = "cpu") -> list[str]:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from . import __version__
 from .errors import UsageError
+from .measurement import NOISE_NOTE
 
 
 @dataclass
@@ -135,14 +136,38 @@ def stdout_console() -> Console:
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
 
 
-def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict], console: Console | None = None,
-                caption: str | None = None) -> None:
+def _noise_flag(key: str) -> str | None:
+    """The row key that says whether a headline time column is noisy: time_us -> noisy,
+    in_time_us -> in_noisy (Measurement.stats' names)."""
+    for suffix in ("time_us", "time_ms"):
+        if key.endswith(suffix):
+            return key.removesuffix(suffix) + "noisy"
+    return None
+
+
+def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, Any]],
+                console: Console | None = None, caption: str | None = None) -> None:
+    """A rich table on rank 0's stdout; headline times of noisy rows are marked with '!' and
+    the caption says what that means."""
+    cells = []
+    marked = False
+    for row in rows:
+        line = []
+        for col in columns:
+            text = col.render(row)
+            flag = _noise_flag(col.key)
+            if flag and row.get(flag) and row.get(col.key) is not None:
+                text, marked = f"{text} !", True
+            line.append(text)
+        cells.append(line)
+    if marked:
+        caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         text = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
         table.add_column(col.header, justify="left" if text else "right")
-    for row in rows:
-        table.add_row(*(escape(col.render(row)) for col in columns))
+    for line in cells:
+        table.add_row(*(escape(c) for c in line))
     (console or stdout_console()).print(table)
 
 
