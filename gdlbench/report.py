@@ -32,7 +32,7 @@ class Column:
     key: str
     fmt: str | Callable[[Any], str] = "{}"
 
-    def render(self, row: dict) -> str:
+    def render(self, row: dict[str, Any]) -> str:
         value = row.get(self.key)
         if value is None:
             return "-"
@@ -89,14 +89,14 @@ class Report:
     """DESIGN.md section 6's JSON shape: tool, version, command, args, env, timing, rows, summary."""
 
     command: str
-    args: dict
-    env: dict
-    timing: dict
-    rows: list[dict] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
+    args: dict[str, Any]
+    env: dict[str, Any]
+    timing: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "tool": "gdlbench",
             "version": __version__,
@@ -164,8 +164,8 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, 
         caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
-        text = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
-        table.add_column(col.header, justify="left" if text else "right")
+        words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
+        table.add_column(col.header, justify="left" if words else "right")
     for line in cells:
         table.add_row(*(escape(c) for c in line))
     (console or stdout_console()).print(table)

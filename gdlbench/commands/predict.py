@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from types import SimpleNamespace
 
 from rich.markup import escape
 
@@ -80,7 +81,7 @@ def normalise_algo_or_none(algo: str) -> str | None:
         return None
 
 
-def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None = None) -> CommModel:
+def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_fit: dict | None = None) -> CommModel:
     # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
     algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
     if algo and normalise_algo_or_none(algo) == "ps" and not args.from_file:
