@@ -10,7 +10,7 @@ the copy a CPU training step makes of its input batch), and every row says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class CopyResult:
     def passed(self) -> bool:
         return self.wrong == 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"direction": self.direction, "memory": self.memory, "size_bytes": self.size_bytes,
                "copies_per_sample": self.copies, "device": self.device, "threads": self.threads,
                **self.measurement.to_dict(), "time_per_copy_us": self.time_per_copy_us, "gbs": self.gbs,

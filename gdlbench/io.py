@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -47,9 +47,9 @@ def _image(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
     from PIL import Image
 
     coarse = rng.integers(0, 256, size=(max(2, height // 24), max(2, width // 24), 3), dtype=np.uint8)
-    base = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
+    base = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
     mid = rng.integers(0, 256, size=(max(2, height // 4), max(2, width // 4), 3), dtype=np.uint8)
-    detail = np.asarray(Image.fromarray(mid).resize((width, height), Image.BILINEAR), dtype=np.int16) - 128
+    detail = np.asarray(Image.fromarray(mid).resize((width, height), Image.Resampling.BILINEAR), dtype=np.int16) - 128
     grain = rng.normal(0, 13, size=(height, width, 3))
     return np.clip(base + detail // 2 + grain, 0, 255).astype(np.uint8)
 
@@ -63,7 +63,7 @@ class Dataset:
     nbytes: list[int]
     size: tuple[int, int]
     generated: bool = False  # this call wrote the files (False: reused)
-    tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @property
     def total_bytes(self) -> int:
@@ -77,7 +77,7 @@ class Dataset:
         return [self.root / f for f in self.files]
 
     @classmethod
-    def ensure(cls, root: str | os.PathLike | None, images: int = 256, size: tuple[int, int] = DEFAULT_SIZE,
+    def ensure(cls, root: str | os.PathLike[str] | None, images: int = 256, size: tuple[int, int] = DEFAULT_SIZE,
                seed: int = 0) -> Dataset:
         """The dataset in `root` (a temporary directory when None): reused when its manifest holds at
         least `images` images of `size`, otherwise generated."""
@@ -113,7 +113,7 @@ class Dataset:
                 return None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return cls(path, files, nbytes, tuple(size))
+        return cls(path, files, nbytes, (size[0], size[1]))
 
     @classmethod
     def _generate(cls, path: Path, images: int, size: tuple[int, int], seed: int) -> Dataset:
@@ -138,7 +138,7 @@ class Dataset:
         tmp = path / f".{MANIFEST}.tmp"
         tmp.write_text(json.dumps(manifest))
         os.replace(tmp, path / MANIFEST)  # the manifest appears only once every file is there
-        return cls(path, files, nbytes, tuple(size), generated=True)
+        return cls(path, files, nbytes, (size[0], size[1]), generated=True)
 
 
 def _read(path: Path) -> int:
@@ -180,7 +180,7 @@ class IoResult:
         """File bytes read per second, 1e6-based (the compressed size, not the decoded pixels)."""
         return float(np.median(self.batch_bytes)) / (self.measurement.median * 1e-6) / 1e6
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"op": "read+decode" if self.decode else "read", "batch": self.batch, "threads": self.threads,
                "images": self.images, "width": self.size[0], "height": self.size[1],
                "mean_file_bytes": self.mean_file_bytes, **self.measurement.to_dict(),

@@ -10,7 +10,7 @@ LAYER_TYPES below (and in csrc/cpu/*.cpp).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from . import env
 from ._native import _core, require_cuda
@@ -37,7 +37,7 @@ LAYER_TYPES: dict[str, tuple[str, str]] = {
 }
 
 # A few real layers, for `gdlbench layer --layer NAME` (batch is the command's --batch).
-BUILTIN: dict[str, dict] = {
+BUILTIN: dict[str, dict[str, Any]] = {
     "alexnet-norm1": {"type": "lrn", "in_shapes": [[96, 55, 55]], "out_shape": [96, 55, 55],
                       "attrs": {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 1}},
     "alexnet-pool1": {"type": "maxpool", "in_shapes": [[96, 55, 55]], "out_shape": [96, 27, 27],
@@ -79,14 +79,14 @@ class LayerResult:
         """Input activation bytes / time: a floor on the memory traffic of these memory-bound layers."""
         return self.bytes_in / (self.measurement.median * 1e-6) / 1e9
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"layer": self.name, "type": self.type, "batch": self.batch, "device": self.device,
                "threads": self.threads, "phase": self.pass_, **self.measurement.to_dict(), "input_gbs": self.gbs}
         row.pop("clock"), row.pop("region")
         return row
 
 
-def resolve(layer: str | dict) -> list[dict]:
+def resolve(layer: str | dict[str, Any]) -> list[dict[str, Any]]:
     """Layer specs from built-in names ('alexnet-fc6', a comma list, or 'all') or one spec dict."""
     if isinstance(layer, dict):
         if "type" not in layer:
@@ -99,7 +99,7 @@ def resolve(layer: str | dict) -> list[dict]:
     return [{"name": n, **BUILTIN[n]} for n in names]
 
 
-def layer(layer: str | dict = "resnet50-bn2a", batch: int = 32, device: str = "auto",
+def layer(layer: str | dict[str, Any] = "resnet50-bn2a", batch: int = 32, device: str = "auto",
           passes: str | tuple[str, ...] = ("fwd", "bwd"), *, iters: int = 20, warmup: int = 5,
           threads: int | None = None) -> list[LayerResult]:
     """Time the forward and backward passes of layers other than convolution (`gdlbench layer`):
@@ -116,7 +116,7 @@ def layer_types(device: str = "cpu") -> list[str]:
     return list((_core if device == "cpu" else require_cuda()).layer_types())
 
 
-def time_layer(spec: dict, batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
+def time_layer(spec: dict[str, Any], batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
                iters: int = 20, warmup: int = 5, threads: int | None = None) -> list[LayerResult]:
     """Time each pass of one layer (buffers filled with gdlbench's test data; labels for losses)."""
     if batch < 1 or iters < 1 or warmup < 0:
@@ -139,7 +139,7 @@ def time_layer(spec: dict, batch: int, device: str = "auto", passes: tuple[str, 
                         Measurement(bench.time(p, warmup, iters), clock, region), nbytes) for p in passes]
 
 
-def _numel(shape) -> int:
+def _numel(shape: list[int]) -> int:
     n = 1
     for d in shape:
         n *= int(d)

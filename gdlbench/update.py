@@ -9,8 +9,9 @@ writes (STREAM's convention), so their ratio is the fraction of copy bandwidth t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class UpdateResult:
     update: Measurement
     copy: Measurement
     copy_bytes: int
-    check: dict | None = field(default=None)
+    check: dict[str, Any] | None = field(default=None)
 
     @property
     def measurement(self) -> Measurement:
@@ -66,7 +67,7 @@ class UpdateResult:
     def passed(self) -> bool:
         return self.check is None or self.check["passed"]
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         base = {"params": self.params, "dtype": "float32", "device": self.device, "threads": self.threads}
         upd = {"op": "sgd-update", **base, "bytes_moved": self.bytes_moved, **self.update.to_dict(),
                "gbs": self.update_gbs, "vs_copy": self.ratio}
@@ -78,7 +79,7 @@ class UpdateResult:
             r.pop("clock"), r.pop("region")
         return [upd, cpy]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The update's JSON row (rows() adds the reference copy's)."""
         return self.rows()[0]
 
@@ -91,7 +92,7 @@ def reference(w: np.ndarray, g: np.ndarray, v: np.ndarray, lr: float, momentum: 
     return w64 - lr * v_new, v_new
 
 
-def check_kernel(step, lr: float, momentum: float, wd: float, n: int = CHECK_PARAMS, seed: int = 0) -> dict:
+def check_kernel(step: Callable[[np.ndarray, np.ndarray, np.ndarray], object], lr: float, momentum: float, wd: float, n: int = CHECK_PARAMS, seed: int = 0) -> dict[str, Any]:
     """Run `step(w, g, v)` (in place, float32 numpy arrays) and compare with `reference`."""
     rng = np.random.default_rng(seed)
     w, g, v = (rng.standard_normal(n).astype(np.float32) for _ in range(3))

@@ -7,6 +7,6 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 python=${1:-$root/.venv/bin/python}
 modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbench.errors gdlbench.units
-         gdlbench.report)
+         gdlbench.report gdlbench.copy gdlbench.update gdlbench.io gdlbench.layers)
 (cd "$(mktemp -d)" && "$python" -m mypy --config-file "$root/pyproject.toml" "${modules[@]/#/-m}")
 "$root/scripts/stubs.sh" check "$python" _core
