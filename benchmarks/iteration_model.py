@@ -1,29 +1,40 @@
-"""Model accuracy on this machine: for each network, one `mpiexec -n N gdlbench iteration` run
-measures the phases alone and the composed iteration per strategy; the model's prediction from
-those phases (with each message's measured time) is held against the composed run. Then
-`gdlbench predict`, fed that run's phases and an alpha-beta fit from `gdlbench allreduce --fit`
-measured on the same ranks, predicts the N-worker iteration again, now from the fit alone.
+"""Model accuracy on this machine, repetition after repetition. For each rank count, net and
+repetition, one `mpiexec -n N gdlbench iteration` run measures the phases alone and the composed
+iteration of every strategy in alternating rounds; the model's prediction from those phases
+(with each message's measured time and the measured contention) is held against the composed
+run. Then `gdlbench predict`, fed that run's phases JSON and an alpha-beta fit from
+`gdlbench allreduce --fit` measured on the same ranks (once per rank count), predicts the
+N-worker iteration again, its communication from the fit alone.
 
-  python benchmarks/iteration_model.py [--ranks 2] [--nets alexnet,googlenet,resnet50]
-                                       [--strategy all] [--out DIR]
+  python benchmarks/iteration_model.py [--ranks 1,2] [--nets alexnet,googlenet,resnet50]
+      [--strategy all] [--reps 5] [--iters 5] [--batch 8 | --batch alexnet=8,resnet50=1]
+      [--threads T] [--out DIR] [--explain]
 
-Prints one table per source of communication times (measured messages; the fit) with the
-error = (predicted - measured) / measured per net and strategy. The goal is |error| <= 10 %.
+Prints, per rank count, net and strategy: the composed run's median over the repetitions and
+its spread between repetitions ((max - min) / median), and for the model and for predict the
+median and the worst |error| over the repetitions; then one summary line per rank count for
+benchmarks/RESULTS.md. The goal: median |error| <= 3 % and no error above 5 %.
+--explain first times, on one rank, the passes repeated alone (the old way) against the
+isolated round and the composed serial iteration, in alternation: the bias it removed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+from gdlbench.iteration import default_batch
+from gdlbench.network import load_network
 from gdlbench.strategies import get_strategies
 
 BIN = Path(sys.executable).parent
-SMALL_BATCH = {"alexnet": 8, "googlenet": 2, "resnet50": 1}
+GOAL_MEDIAN, GOAL_WORST = 3.0, 5.0
 
 
 def run(cmd: list[str]) -> None:
@@ -33,66 +44,151 @@ def run(cmd: list[str]) -> None:
         sys.exit(f"failed ({p.returncode}):\n{p.stderr[-3000:]}")
 
 
+def batches(text: str | None, nets: list[str]) -> dict[str, int]:
+    """--batch 8 (every net) or alexnet=8,resnet50=1 (the rest: the CPU defaults, halved per rank)."""
+    out = {net: default_batch(load_network(net).name, "cpu") for net in nets}
+    if text:
+        if "=" not in text:
+            return {net: int(text) for net in nets}
+        for item in text.split(","):
+            name, value = item.split("=")
+            out[name] = int(value)
+    return out
+
+
+def explain(net: str, batch: int, threads: int, rounds: int) -> None:
+    """The passes repeated alone (backward after backward, one forward before them) against the
+    same passes inside the isolated round (backward right after its forward) and the composed
+    serial iteration, alternating A B C A B C on one rank."""
+    from mpi4py import MPI
+
+    from gdlbench import _core
+    from gdlbench.iteration import phase_times
+
+    _core.set_blas_threads(threads)
+    _core.set_compute_threads(threads)
+    spec = load_network(net)
+    exe = _core.Net(spec.layer_specs(), batch)
+    full = [(0, exe.param_count, 0)]
+    rep_f, rep_b, iso_f, iso_b, com_f, com_b = [], [], [], [], [], []
+    for _ in range(rounds):
+        rep_f.append(statistics.median(exe.time_forward_pass(1, 3)))
+        rep_b.append(statistics.median(exe.time_backward_pass(1, 3)))
+        _, t = exe.time_iteration([], False, "library", 1, MPI.COMM_SELF, None, False, 1, 1)
+        iso_f.append(phase_times(t)["forward"])
+        iso_b.append(phase_times(t)["backward"])
+        _, t = exe.time_iteration(full, False, "library", 1, MPI.COMM_SELF, None, False, 1, 1)
+        com_f.append(phase_times(t)["forward"])
+        com_b.append(phase_times(t)["backward"])
+    med = statistics.median
+    print(f"\n{net} batch {batch}, {threads} thread(s), 1 rank, {rounds} alternating rounds (ms, medians):")
+    print(f"{'pass':9s} {'repeated alone':>15s} {'isolated round':>15s} {'composed serial':>16s}")
+    for name, a, b, c in (("forward", rep_f, iso_f, com_f), ("backward", rep_b, iso_b, com_b)):
+        print(f"{name:9s} {med(a) / 1e3:15.1f} {med(b) / 1e3:15.1f} {med(c) / 1e3:16.1f}   "
+              f"repeated/composed {100 * (med(a) / med(c) - 1):+.1f} %, isolated/composed {100 * (med(b) / med(c) - 1):+.1f} %")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--ranks", default="2", help="rank counts, comma-separated (default 2)")
     ap.add_argument("--nets", default="alexnet,googlenet,resnet50")
     ap.add_argument("--strategy", default="all")
-    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of every run (default 5)")
+    ap.add_argument("--iters", type=int, default=5, help="rounds per run (isolated, then composed; default 5)")
+    ap.add_argument("--batch", help="per-rank batch: N for every net, or net=N,... (default: the CPU default "
+                                    "of each net, / ranks)")
+    ap.add_argument("--threads", type=int, help="compute threads per rank (default: 2 cores / ranks)")
     ap.add_argument("--out", default=None, help="folder for the JSON files (default: a temporary one)")
+    ap.add_argument("--explain", action="store_true", help="first show the bias of passes repeated alone")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gdl-model-"))
     out.mkdir(parents=True, exist_ok=True)
-    mpi = [str(BIN / "mpiexec"), "-n", str(args.ranks), str(BIN / "gdlbench")]
-    threads = "1" if args.ranks > 1 else "2"
+    nets = args.nets.split(",")
+    strategies = get_strategies(args.strategy)
+    given = batches(args.batch, nets)
+    t_start = time.monotonic()
+    if args.explain:
+        for net in nets:
+            explain(net, given[net], args.threads or 2, 5)
 
-    fit_json = out / "fit.json"
-    # up to 256M: AlexNet sends a 151 MB gradient (fc6), beyond a 64M sweep
-    # ps with P = N servers, as the parameter-server presets run it
-    run(mpi + ["allreduce", "-b", "4K", "-e", "256M", "-f", "4", "--algo", "library,ring,rd,tree,ps",
-               "--servers", str(args.ranks), "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
-    rows = []
-    for net in args.nets.split(","):
-        it_json = out / f"iteration-{net}.json"
-        run(mpi + ["iteration", "--net", net, "--batch", str(SMALL_BATCH.get(net, 2)), "--strategy", args.strategy,
-                   "--iters", str(args.iters), "--warmup", "1", "--threads", threads, "--json", str(it_json)])
-        it = json.loads(it_json.read_text())
-        # Each strategy priced with the fit of the algorithm the executor sends it with:
-        # MPI_Allreduce (library) for the all-reduce strategies, gdlbench's ps for the others.
-        strategies = get_strategies(args.strategy)
-        pred = {}
-        for algo, names in (("library", [s.name for s in strategies if s.collective != "ps"]),
-                            ("ps", [s.name for s in strategies if s.collective == "ps"])):
-            if not names:
-                continue
-            pred_json = out / f"predict-{net}-{algo}.json"
-            run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), "--from", str(fit_json),
-                 "--workers", str(args.ranks), "--strategy", ",".join(names), "--algo", algo,
-                 "--servers", str(args.ranks), "--json", str(pred_json)])
-            pred |= {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"] if r.get("workers") == args.ranks}
-        for r in it["rows"]:
-            if r["phase"] != "iteration":
-                continue
-            s = r["strategy"]
-            fit_us = pred[s]["t_iter_us"] if s in pred else float("nan")
-            rows.append({"net": net, "batch": r["batch"], "strategy": s, "measured_ms": r["time_us"] / 1e3,
-                         "p95_ms": r["time_us_p95"] / 1e3, "model_ms": r["predicted_us"] / 1e3,
-                         "model_err": r["error_pct"], "fit_ms": fit_us / 1e3,
-                         "fit_err": 100 * (fit_us - r["time_us"]) / r["time_us"]})
-    print(f"\n{args.ranks} ranks, {threads} compute thread(s) each; JSON in {out}")
-    print(f"{'net':10s} {'batch':>5s} {'strategy':12s} {'measured':>10s} {'p95':>9s} {'model':>9s} {'err':>7s} "
-          f"{'predict':>9s} {'err':>7s}   (ms; model: measured messages; predict: alpha-beta fit)")
-    worst_model = worst_fit = 0.0
+    rows: list[dict] = []
+    for ranks in (int(r) for r in args.ranks.split(",")):
+        mpi = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "gdlbench")]
+        threads = args.threads or max(1, 2 // ranks)
+        fit_json = out / f"fit-{ranks}.json"
+        if ranks > 1:
+            # up to 256M: AlexNet sends a 151 MB gradient (fc6); ps with P = N as the presets run it
+            run(mpi + ["allreduce", "-b", "4K", "-e", "256M", "-f", "4", "--algo", "library,ring,rd,tree,ps",
+                       "--servers", str(ranks), "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
+        for net in nets:
+            batch = given[net] if args.batch else max(1, given[net] // ranks)
+            for rep in range(args.reps):
+                it_json = out / f"iteration-{ranks}-{net}-{rep}.json"
+                run(mpi + ["iteration", "--net", net, "--batch", str(batch), "--strategy", args.strategy,
+                           "--iters", str(args.iters), "--warmup", "1", "--threads", str(threads),
+                           "--json", str(it_json), "--trace", str(out / f"trace-{ranks}-{net}-{rep}.json")])
+                it = json.loads(it_json.read_text())
+                pred: dict[str, dict] = {}
+                # each strategy priced with the fit of the algorithm the executor sends it with
+                for algo, names in (("library", [s.name for s in strategies if s.collective != "ps"]),
+                                    ("ps", [s.name for s in strategies if s.collective == "ps"])):
+                    if not names:
+                        continue
+                    comm = ["--from", str(fit_json), "--algo", algo] if ranks > 1 else ["--alpha", "0", "--beta", "0"]
+                    pred_json = out / f"predict-{ranks}-{net}-{rep}-{algo}.json"
+                    run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), *comm,
+                         "--workers", str(ranks), "--strategy", ",".join(names), "--servers", str(ranks),
+                         "--json", str(pred_json)])
+                    pred |= {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"]
+                             if r.get("workers") == ranks}
+                for r in it["rows"]:
+                    if r["phase"] != "iteration":
+                        continue
+                    fit_us = pred[r["strategy"]]["t_iter_us"]
+                    rows.append({"ranks": ranks, "net": net, "batch": batch, "rep": rep, "strategy": r["strategy"],
+                                 "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
+                                 "model_us": r["predicted_us"], "model_err": r["error_pct"], "predict_us": fit_us,
+                                 "predict_err": 100 * (fit_us - r["time_us"]) / r["time_us"]})
+                print(f"  {time.monotonic() - t_start:.0f} s so far", flush=True)
+    (out / "rows.json").write_text(json.dumps(rows, indent=1))
+    summarise(rows, args, out)
+
+
+def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        print(f"{r['net']:10s} {r['batch']:5d} {r['strategy']:12s} {r['measured_ms']:10.1f} {r['p95_ms']:9.1f} "
-              f"{r['model_ms']:9.1f} {r['model_err']:+6.1f}% {r['fit_ms']:9.1f} {r['fit_err']:+6.1f}%")
-        worst_model = max(worst_model, abs(r["model_err"]))
-        worst_fit = max(worst_fit, abs(r["fit_err"]))
-    within = sum(abs(r["model_err"]) <= 10 for r in rows)
-    within_fit = sum(abs(r["fit_err"]) <= 10 for r in rows)
-    print(f"\nmodel within 10 %: {within}/{len(rows)} (worst {worst_model:.1f} %); "
-          f"predict from the fit within 10 %: {within_fit}/{len(rows)} (worst {worst_fit:.1f} %)")
-    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+        groups.setdefault((r["ranks"], r["net"], r["strategy"]), []).append(r)
+    print(f"\n{args.reps} repetition(s) of {args.iters} rounds; JSON in {out}")
+    print(f"{'ranks':>5s} {'net':12s} {'batch':>5s} {'strategy':12s} {'measured':>9s} {'spread':>7s} "
+          f"{'model med':>9s} {'worst':>7s} {'predict med':>11s} {'worst':>7s}   (ms; |error| in %)")
+    per_ranks: dict[int, dict[str, list[float]]] = {}
+    for (ranks, net, strategy), rs in groups.items():
+        measured = [r["measured_us"] for r in rs]
+        med = statistics.median(measured)
+        spread = 100 * (max(measured) - min(measured)) / med
+        m_err = [abs(r["model_err"]) for r in rs]
+        p_err = [abs(r["predict_err"]) for r in rs]
+        print(f"{ranks:5d} {net:12s} {rs[0]['batch']:5d} {strategy:12s} {med / 1e3:9.1f} {spread:6.1f}% "
+              f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {statistics.median(p_err):10.1f}% "
+              f"{max(p_err):6.1f}%")
+        acc = per_ranks.setdefault(ranks, {"model_med": [], "model_worst": [], "predict_med": [],
+                                           "predict_worst": [], "spread": []})
+        acc["model_med"].append(statistics.median(m_err))
+        acc["model_worst"].append(max(m_err))
+        acc["predict_med"].append(statistics.median(p_err))
+        acc["predict_worst"].append(max(p_err))
+        acc["spread"].append(spread)
+    print()
+    for ranks, acc in per_ranks.items():
+        n = len(acc["model_med"])
+        ok_model = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST for m, w in zip(acc["model_med"], acc["model_worst"], strict=True))
+        ok_pred = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST for m, w in zip(acc["predict_med"], acc["predict_worst"], strict=True))
+        print(f"RESULTS: {ranks} rank(s), {args.nets}, {args.reps} reps x {args.iters} rounds: model median |err| "
+              f"{statistics.median(acc['model_med']):.1f} % (worst row median {max(acc['model_med']):.1f} %, worst "
+              f"single {max(acc['model_worst']):.1f} %), goal met {ok_model}/{n}; predict median |err| "
+              f"{statistics.median(acc['predict_med']):.1f} % (worst single {max(acc['predict_worst']):.1f} %), goal "
+              f"met {ok_pred}/{n}; composed run's spread between reps: median {statistics.median(acc['spread']):.1f} %, "
+              f"max {max(acc['spread']):.1f} %")
 
 
 if __name__ == "__main__":

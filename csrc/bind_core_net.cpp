@@ -41,6 +41,11 @@ void bind_net(py::module_& m) {
         const DupComm comm_thread(c);
         return n.time_iteration(plan, msgs, overlap, allreduce_for(algo, servers, comm_thread.comm), io, prefetch, sgd,
                                 c, trace);
+      },
+      [](cpu::Net& n, const std::vector<Message>& msgs, const std::string& algo, int servers, MPI_Comm c,
+         IterationTrace* trace) {
+        const DupComm comm_thread(c);
+        return n.time_contention(msgs, allreduce_for(algo, servers, comm_thread.comm), c, trace);
       });
 }
 

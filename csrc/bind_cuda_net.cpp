@@ -27,6 +27,11 @@ void bind_cuda_net(py::module_& m) {
          IterationTrace* trace) {
         require_nccl(algo);
         return n.time_iteration(plan, msgs, overlap, io, prefetch, sgd, c, trace);
+      },
+      [](cuda::Net& n, const std::vector<Message>& msgs, const std::string& algo, int, MPI_Comm c,
+         IterationTrace* trace) {
+        require_nccl(algo);
+        return n.time_contention(msgs, c, trace);
       });
 }
 

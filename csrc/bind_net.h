@@ -28,23 +28,30 @@ inline std::vector<Message> to_messages(const MessageList& v) {
 
 inline py::dict trace_dict(const IterationTrace& t) {
   py::dict d;
+  d["io_start_us"] = t.io_start;
+  d["io_end_us"] = t.io_end;
+  d["io_prefetch"] = t.io_prefetch;
   d["io_wait_end_us"] = t.io_wait_end;
   d["h2d_end_us"] = t.h2d_end;
   d["forward_end_us"] = t.forward_end;
+  d["zero_end_us"] = t.zero_end;
   d["backward_end_us"] = t.backward_end;
   d["comm_end_us"] = t.comm_end;
   d["update_end_us"] = t.update_end;
+  d["layer_forward_end_us"] = t.layer_forward_end;
   d["layer_backward_end_us"] = t.layer_backward_end;
+  d["message_ready_us"] = t.message_ready;
   d["message_start_us"] = t.message_start;
   d["message_end_us"] = t.message_end;
   return d;
 }
 
 // Messages(net, plan, msgs, algo, servers, comm) -> per-message samples;
-// Iterate(net, plan, msgs, overlap, algo, servers, comm, io, prefetch, sgd, trace*) -> samples.
-// Both run with the GIL released; io takes it back on its own thread.
-template <class NetT, class Messages, class Iterate>
-void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate iterate) {
+// Iterate(net, plan, msgs, overlap, algo, servers, comm, io, prefetch, sgd, trace*) -> samples;
+// Contend(net, msgs, algo, servers, comm, trace*) -> samples.
+// All run with the GIL released; io takes it back on its own thread.
+template <class NetT, class Messages, class Iterate, class Contend>
+void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate iterate, Contend contend) {
   py::class_<NetT>(m, "Net", doc)
       .def(py::init([](const py::list& specs, int batch) {
              std::vector<LayerSpec> v;
@@ -70,14 +77,6 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
       }, "A copy of the flat parameter buffer.")
       .def("output", [](const NetT& n) { return n.output0(); }, "The first output of the last layer (the loss).")
       .def("set_param", &NetT::set_param, py::arg("index"), py::arg("value"))
-      .def("time_forward", [](NetT& n, int warmup, int iters) {
-        py::gil_scoped_release nogil;
-        return n.time_forward(TimingPlan{warmup, iters});
-      }, py::arg("warmup"), py::arg("iters"), "Per layer: forward samples (us), each layer alone.")
-      .def("time_backward", [](NetT& n, int warmup, int iters) {
-        py::gil_scoped_release nogil;
-        return n.time_backward(TimingPlan{warmup, iters});
-      }, py::arg("warmup"), py::arg("iters"), "Per layer: backward (weights + data) samples (us).")
       .def("time_forward_pass", [](NetT& n, int warmup, int iters) {
         py::gil_scoped_release nogil;
         return n.time_forward_pass(TimingPlan{warmup, iters});
@@ -86,15 +85,6 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
         py::gil_scoped_release nogil;
         return n.time_backward_pass(TimingPlan{warmup, iters});
       }, py::arg("warmup"), py::arg("iters"), "The whole backward pass (activation gradients zeroed first): samples (us).")
-      .def("time_update", [](NetT& n, int warmup, int iters, float lr, float momentum, float wd) {
-        py::gil_scoped_release nogil;
-        return n.time_update(TimingPlan{warmup, iters}, SgdConfig{lr, momentum, wd});
-      }, py::arg("warmup"), py::arg("iters"), py::arg("lr") = 0.01f, py::arg("momentum") = 0.9f,
-         py::arg("weight_decay") = 1e-4f)
-      .def("time_h2d", [](NetT& n, int warmup, int iters) {
-        py::gil_scoped_release nogil;
-        return n.time_h2d(TimingPlan{warmup, iters});
-      }, py::arg("warmup"), py::arg("iters"))
       .def("time_messages", [messages](NetT& n, const MessageList& msgs, const std::string& algo, int servers,
                                        py::object comm, int warmup, int iters) {
         const MPI_Comm c = get_comm(comm);
@@ -124,7 +114,21 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
       }, py::arg("messages"), py::arg("overlap"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("io"),
          py::arg("prefetch"), py::arg("warmup"), py::arg("iters"), py::arg("lr") = 0.01f,
          py::arg("momentum") = 0.9f, py::arg("weight_decay") = 1e-4f,
-         "The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank).");
+         "The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank). "
+         "No messages: the phases in sequence without communication (the isolated round).")
+      .def("time_contention", [contend](NetT& n, const MessageList& msgs, const std::string& algo, int servers,
+                                        py::object comm) {
+        const MPI_Comm c = get_comm(comm);
+        const auto plan = to_messages(msgs);
+        IterationTrace trace;
+        std::vector<double> samples;
+        {
+          py::gil_scoped_release nogil;
+          samples = contend(n, plan, algo, servers, c, &trace);
+        }
+        return py::make_tuple(samples, trace_dict(trace));
+      }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"),
+         "Backward with every message sent beside it from its start: (span in us, max over ranks; the trace).");
 }
 
 }  // namespace gdl::bind

@@ -6,12 +6,20 @@ phases held against it.
     result = Iteration("resnet50", batch=4, device="cpu", strategy="wfbp").measure()
     result.summary["error_pct"]
 
-Phases (DESIGN.md section 3): io (read + decode a batch of JPEGs, gdlbench.io), h2d (on the CPU a
-memcpy of the batch into the input buffer), forward and backward (per layer, each layer alone),
-comm (each message of the strategy's plan alone, max over ranks), update (SGD with momentum over
-the flat parameter buffer). The composed iteration runs io on a prefetch thread (when the strategy
-prefetches), the messages on a communication thread (during backward for WFBP strategies, after
-it otherwise), then the update; one sample per iteration, max over ranks.
+Phases: io (read + decode a batch of JPEGs, gdlbench.io), h2d (on the CPU a memcpy of the batch
+into the input buffer), forward and backward (per layer), comm (each message of the strategy's
+plan alone, max over ranks), update (SGD with momentum over the flat parameter buffer).
+
+How it measures, in rounds (A B A B, so that the machine's drift falls on both sides):
+- A, the isolated round: one iteration without communication, every phase stamped (read, copy,
+  each layer's forward, each layer's backward right after its forward, update), as the composed
+  iteration runs them; then each message of every plan alone; then, on several ranks, the
+  contention round (backward with messages sent beside it) that gives the model how much each
+  slows the other down.
+- B: the composed iteration of every strategy: io on a prefetch thread (when the strategy
+  prefetches), the messages on a communication thread (during backward for WFBP strategies, after
+  it otherwise), then the update; every phase stamped on every rank (the trace).
+Each round's times are the max over ranks; the model reads the medians over rounds.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import ClassVar
+
+import numpy as np
 
 from . import env
 from ._native import MPI, _core, require_cuda
@@ -74,40 +84,85 @@ def executed_algo(strategy: Strategy, workers: int) -> tuple[str, int]:
     return strategy.algo or "library", 1
 
 
+def phase_times(trace: dict) -> dict[str, float]:
+    """Each phase's duration (us) in one traced iteration: io (the read, wherever it ran), io_wait
+    (what the iteration waited for its batch), h2d, forward, backward (zeroing the activation
+    gradients included), comm (the messages' time), comm_exposed (after backward), update."""
+    t = trace
+    times = {"io": t["io_end_us"] - t["io_start_us"], "io_wait": t["io_wait_end_us"],
+             "h2d": t["h2d_end_us"] - t["io_wait_end_us"], "forward": t["forward_end_us"] - t["h2d_end_us"],
+             "backward": t["backward_end_us"] - t["forward_end_us"],
+             "comm": sum(e - s for s, e in zip(t["message_start_us"], t["message_end_us"], strict=True)),
+             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": t["update_end_us"] - t["comm_end_us"]}
+    return {k: max(0.0, v) for k, v in times.items()}
+
+
+def layer_times(trace: dict) -> tuple[list[float], list[float]]:
+    """Per layer (in layer order): forward and backward durations (us) in one traced iteration."""
+    fwd_end, bwd_end = trace["layer_forward_end_us"], trace["layer_backward_end_us"]
+    n = len(fwd_end)
+    fwd = [fwd_end[i] - (fwd_end[i - 1] if i else trace["h2d_end_us"]) for i in range(n)]
+    bwd = [bwd_end[i] - (bwd_end[i + 1] if i + 1 < n else trace["zero_end_us"]) for i in range(n)]
+    return fwd, bwd
+
+
+def contention(trace: dict, backward_alone_us: float, message_alone_us: list[float]) -> tuple[float, float] | None:
+    """(backward's slowdown, the messages' slowdown) while they ran side by side in a contention
+    round (every message posted as backward started), from that round's stamps and the same
+    work's times alone. None when they hardly overlapped (nothing to measure)."""
+    b_end = trace["backward_end_us"]
+    starts, ends = trace["message_start_us"], trace["message_end_us"]
+    if not ends or b_end <= 0 or backward_alone_us <= 0:
+        return None
+    comm_end = max(ends)
+    if comm_end <= b_end:  # the messages ended first: backward ran alone after them
+        window = comm_end
+        backward_done = backward_alone_us - (b_end - comm_end)
+        comm_done = sum(message_alone_us)
+    else:  # backward ended first: the messages done by then, the one in flight pro rata
+        window = b_end
+        backward_done = backward_alone_us
+        comm_done = 0.0
+        for s, e, c in zip(starts, ends, message_alone_us, strict=True):
+            if e <= window:
+                comm_done += c
+            elif s < window:
+                comm_done += c * (window - s) / (e - s)
+    if window < 0.05 * backward_alone_us or backward_done <= 0 or comm_done <= 0:
+        return None
+    return max(1.0, window / backward_done), max(1.0, window / comm_done)
+
+
 @dataclass
 class StrategyRun:
     strategy: Strategy
     plan: MessagePlan
     message_times: list[Measurement]
     composed: Measurement
-    trace: dict  # the last composed iteration on rank 0 (us from its start), for the timeline
+    traces: list[dict]  # the median round's composed iteration, per rank (us from its start)
     prediction: Prediction
+    inside: dict[str, Measurement] = field(default_factory=dict)  # phase_times inside the composed run
+
+    @property
+    def trace(self) -> dict:
+        """Rank 0's trace of the median round."""
+        return self.traces[0]
 
     @property
     def predicted_us(self) -> float:
         return self.prediction.t_iter_us
 
     def measured_timeline(self, layer_names: list[str]) -> SimpleNamespace:
-        """The traced iteration as spans, in the shape plots.plot_timeline draws."""
+        """Rank 0's traced iteration as spans, in the shape plots.plot_timeline draws (the
+        spans the Chrome trace holds: gdlbench.trace.iteration_spans)."""
+        from .trace import iteration_spans
+
         t = self.trace
-        spans = [{"lane": "io", "name": "wait for the batch", "start_us": 0.0, "end_us": t["io_wait_end_us"]},
-                 {"lane": "h2d", "name": "copy the batch", "start_us": t["io_wait_end_us"], "end_us": t["h2d_end_us"]},
-                 {"lane": "forward", "name": "forward", "start_us": t["h2d_end_us"], "end_us": t["forward_end_us"]}]
-        prev = t["forward_end_us"]
-        for i in reversed(range(len(layer_names))):
-            end = t["layer_backward_end_us"][i]
-            spans.append({"lane": "backward", "name": layer_names[i], "start_us": prev, "end_us": end})
-            prev = end
-        comm = 0.0
-        for i, (s0, e0) in enumerate(zip(t["message_start_us"], t["message_end_us"], strict=True)):
-            names = self.plan.layers[i]
-            label = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)} grads)"
-            spans.append({"lane": "comm", "name": label, "start_us": s0, "end_us": e0})
-            comm += e0 - s0
-        spans.append({"lane": "update", "name": "SGD update", "start_us": t["comm_end_us"], "end_us": t["update_end_us"]})
-        spans = [s for s in spans if s["end_us"] > s["start_us"]]
-        return SimpleNamespace(timeline=spans, t_iter_us=t["update_end_us"], comm_us=comm,
-                               comm_exposed_us=t["comm_end_us"] - t["backward_end_us"])
+        spans = [{"lane": sp["lane"], "name": sp["name"], "start_us": sp["start_us"], "end_us": sp["end_us"]}
+                 for sp in iteration_spans(t, layer_names, self.plan.layers) if sp["lane"] != "iteration"]
+        times = phase_times(t)
+        return SimpleNamespace(timeline=spans, t_iter_us=t["update_end_us"], comm_us=times["comm"],
+                               comm_exposed_us=times["comm_exposed"])
 
     @property
     def error_pct(self) -> float:
@@ -130,6 +185,8 @@ class IterationResult:
     phases: dict[str, Measurement]
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
+    contention: dict[str, Measurement] = field(default_factory=dict)  # compute / comm slowdown per round
+    isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
 
     @property
     def measurement(self) -> Measurement:
@@ -152,10 +209,28 @@ class IterationResult:
             c = run.composed
             rows.append({"phase": "iteration", "strategy": run.strategy.name, "batch": self.batch, **c.stats(),
                          "samples_us": list(c.samples_us), "predicted_us": run.predicted_us,
-                         "error_pct": run.error_pct, "images_per_s": self.batch / (c.median * 1e-6),
+                         "error_pct": run.error_pct, "spread_pct": spread_pct(c),
+                         "images_per_s": self.batch / (c.median * 1e-6),
                          "images_per_s_total": self.world_size * self.batch / (c.median * 1e-6),
-                         "messages": len(run.plan.messages)})
+                         "messages": len(run.plan.messages),
+                         "inside_us": {k: m.median for k, m in run.inside.items()}})
         return rows
+
+    def phase_table(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per strategy, per phase: its median alone (the isolated round; comm: the messages
+        alone), inside the composed run, and the difference in percent."""
+        alone = {k: m.median for k, m in self.phases.items()}
+        out = {}
+        for run in self.runs:
+            alone_run = alone | {"comm": sum(m.median for m in run.message_times)}
+            rows = {}
+            for phase in ("io", "h2d", "forward", "backward", "comm", "update"):
+                if phase not in alone_run or phase not in run.inside:
+                    continue
+                a, b = alone_run[phase], run.inside[phase].median
+                rows[phase] = {"alone_us": a, "inside_us": b, "diff_pct": 100.0 * (b - a) / a if a > 0 else 0.0}
+            out[run.strategy.name] = rows
+        return out
 
     @property
     def summary(self) -> dict:
@@ -163,21 +238,32 @@ class IterationResult:
                 "measured_us": {r.strategy.name: r.composed.median for r in self.runs},
                 "predicted_us": {r.strategy.name: r.predicted_us for r in self.runs},
                 "error_pct": {r.strategy.name: r.error_pct for r in self.runs},
+                "spread_pct": {r.strategy.name: spread_pct(r.composed) for r in self.runs},
                 "phases_us": {k: m.median for k, m in self.phases.items()},
+                "phase_table": self.phase_table(),
                 "forward_sum_of_layers_us": sum(la["forward"].median for la in self.layers),
                 "backward_sum_of_layers_us": sum(la["backward"].median for la in self.layers),
-                "overlap_efficiency": self.overlap_efficiency}
+                "overlap_efficiency": self.overlap_efficiency,
+                "contention": {k: m.median for k, m in self.contention.items()}}
 
     def phases_model(self) -> Phases:
         """The isolated phases as the model reads them."""
         p = self.phases
+        slow = {k: m.median for k, m in self.contention.items()}
         return Phases(batch=self.batch, forward_us=p["forward"].median, backward_us=p["backward"].median,
                       io_us=p["io"].median if "io" in p else 0.0, h2d_us=p["h2d"].median,
                       update_us=p["update"].median,
                       layer_forward_us={la["name"]: la["forward"].median for la in self.layers},
                       layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
                       net=self.net, workers=self.world_size, source="measured",
-                      overlap_efficiency=self.overlap_efficiency)
+                      overlap_efficiency=self.overlap_efficiency, compute_slowdown=slow.get("compute_slowdown"),
+                      comm_slowdown=slow.get("comm_slowdown"))
+
+    def chrome_trace(self) -> dict:
+        """The traced iterations in the Chrome trace event format (gdlbench.trace)."""
+        from .trace import chrome_trace
+
+        return chrome_trace(self)
 
     def top_layers(self, n: int = 5) -> list[dict]:
         total = sum(la["forward"].median + la["backward"].median for la in self.layers) or 1.0
@@ -187,8 +273,24 @@ class IterationResult:
                  "share_pct": 100.0 * (la["forward"].median + la["backward"].median) / total} for la in ranked[:n]]
 
 
+def spread_pct(m: Measurement) -> float:
+    """Run-to-run spread of a row: (p75 - p25) / median, in percent."""
+    q25, q75 = np.percentile(m.samples_us, [25, 75])
+    return 100.0 * float(q75 - q25) / m.median if m.median > 0 else 0.0
+
+
+def _median_index(values: list[float]) -> int:
+    order = sorted(range(len(values)), key=values.__getitem__)
+    return order[(len(order) - 1) // 2]
+
+
+def _rank_max(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    return {k: max(d[k] for d in per_rank) for k in per_rank[0]}
+
+
 class Iteration:
-    """Iteration(net, batch, device, strategy).measure() -> IterationResult."""
+    """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
+    module docstring), each native call after `warmup` untimed iterations."""
 
     def __init__(self, net: str | Network = "resnet50", batch: int | None = None, device: str = "auto",
                  strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
@@ -218,79 +320,119 @@ class Iteration:
     def overlap_efficiency(self) -> float:
         """0 when this CPU's compute threads fill every core: the communication and the prefetched
         I/O that a strategy overlaps with compute are then CPU work on the same cores, and hide
-        nothing. 1 on a GPU (NCCL, copy engines) or with idle cores left for them."""
+        nothing. 1 on a GPU (NCCL, copy engines) or with idle cores left for them. (Communication
+        beside backward is priced from the measured contention when there is one.)"""
         if self.device == "cuda":
             return 1.0
         return 0.0 if env.local_ranks() * self.threads >= env.usable_cores() else 1.0
 
     def _io_reader(self):
-        """(the loader the composed iteration calls, t_io measured alone), or (None, None)."""
+        """The loader the iterations call, or None."""
         if not self.io:
-            return None, None
-        from .io import (  # not `from . import io`: gdlbench.io is the function
-            BatchReader,
-            Dataset,
-            time_read,
-        )
+            return None
+        from .io import BatchReader, Dataset  # not `from . import io`: gdlbench.io is the function
 
         dataset = Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
-        threads = self.io_threads or self.threads
-        alone = time_read(dataset, self.batch, threads=threads, decode=True, iters=self.iters,
-                              warmup=self.warmup).measurement
-        return BatchReader(dataset, self.batch, threads=threads, decode=True), alone
+        return BatchReader(dataset, self.batch, threads=self.io_threads or self.threads, decode=True)
 
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)
         _core.set_compute_threads(self.threads)
         specs = self.net.layer_specs()
+        world = self.comm.Get_size()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
         if self.device == "cuda":
-            cuda = require_cuda()
-            net = cuda.Net(specs, self.batch)
+            net = require_cuda().Net(specs, self.batch)
             clock = "cuda-events"
         else:
             net = _core.Net(specs, self.batch)
             clock = "steady-clock"
-        plan = dict(warmup=self.warmup, iters=self.iters)
-        self.progress("forward, layer by layer")
-        fwd = net.time_forward(**plan)
-        self.progress("backward, layer by layer")
-        bwd = net.time_backward(**plan)
-        layers = []
-        for spec, f, b in zip(specs, fwd, bwd, strict=True):
-            layers.append({"name": spec["name"], "type": spec["type"], "params": spec["params"],
-                           "forward": Measurement(f, clock, "the layer's forward alone"),
-                           "backward": Measurement(b, clock, "the layer's backward (weights + data) alone")})
-        phases: dict[str, Measurement] = {}
-        reader, io_meas = self._io_reader()
+        reader = self._io_reader()
         io_fn = reader.read_next if reader else None
-        if io_meas is not None:
-            phases["io"] = io_meas
-        h2d = ("cudaMemcpyAsync of the batch from pinned host memory" if self.device == "cuda"
-               else "memcpy of the batch into the input buffer (CPU stand-in for H2D)")
-        phases["h2d"] = Measurement(net.time_h2d(**plan), clock, h2d)
-        phases["forward"] = Measurement(net.time_forward_pass(**plan), clock, "the whole forward pass")
-        phases["backward"] = Measurement(net.time_backward_pass(**plan), clock,
-                                         "the whole backward pass (activation gradients zeroed first)")
-        phases["update"] = Measurement(net.time_update(**plan), clock, "SGD with momentum over all parameters")
-        result = IterationResult(self.net.name, self.batch, self.device, self.comm.Get_size(), self.threads, layers,
-                                 phases, overlap_efficiency=self.overlap_efficiency())
-        model_phases = result.phases_model()
+        plans = []
         for strategy in self.strategies:
-            mplan = plan_messages(self.net, strategy, net.layer_param_offset)
-            algo, servers = executed_algo(strategy, self.comm.Get_size())
+            algo, servers = executed_algo(strategy, world)
             if self.device == "cuda":
                 algo = "library"  # ncclAllReduce
-            self.progress(f"{strategy.name}: {len(mplan.messages)} messages alone, then the composed iteration")
-            msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
-                   for s in net.time_messages(mplan.messages, algo, servers, self.comm, **plan)]
-            samples, trace = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
-                                                io_fn, strategy.io_prefetch, **plan)
-            composed = Measurement(samples, "steady-clock", "one composed iteration, max over ranks")
-            executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
-            pred = predict_iteration(self.net, model_phases, None, executed, self.comm.Get_size(),
-                                     message_costs_us=[m.median for m in msg])
-            result.runs.append(StrategyRun(strategy, mplan, msg, composed, trace, pred))
+            plans.append((strategy, plan_messages(self.net, strategy, net.layer_param_offset), algo, servers))
+        # Each distinct message list is timed once per round, whichever strategies share it.
+        message_sets = {(tuple(p.messages), algo, servers): p for _, p, algo, servers in plans}
+        # Contention: backward beside the per-layer messages (the finest plan), on several ranks.
+        per_layer = [(p, algo, servers) for s, p, algo, servers in plans if s.bucket_bytes is None]
+        contend = per_layer[0] if per_layer and world > 1 else None
+
+        iso_traces: list[list[dict]] = []
+        msg_samples: dict[tuple, list[list[float]]] = {k: [] for k in message_sets}
+        slowdowns: list[tuple[float, float]] = []
+        composed: list[list[tuple[float, list[dict]]]] = [[] for _ in plans]
+        for r in range(self.iters):
+            self.progress(f"round {r + 1} of {self.iters}: phases alone, messages alone"
+                          + (", contention" if contend else "") + f", then {len(plans)} composed iteration(s)")
+            _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, False, self.warmup, 1)
+            iso_traces.append(self.comm.allgather(t))
+            for key, mplan in message_sets.items():
+                _, algo, servers = key
+                for i, sample in enumerate(net.time_messages(mplan.messages, algo, servers, self.comm,
+                                                             self.warmup if r == 0 else 0, 1)):
+                    if r == 0:
+                        msg_samples[key].append([])
+                    msg_samples[key][i] += sample
+            if contend:
+                mplan, algo, servers = contend
+                _, t = net.time_contention(mplan.messages, algo, servers, self.comm)
+                alone = [msg_samples[(tuple(mplan.messages), algo, servers)][i][-1] for i in range(len(mplan.messages))]
+                mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
+                got = self.comm.allgather(contention(t, mine, alone))
+                if all(g is not None for g in got):
+                    slowdowns.append((max(g[0] for g in got), max(g[1] for g in got)))
+            for k, (strategy, mplan, algo, servers) in enumerate(plans):
+                samples, t = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
+                                                io_fn, strategy.io_prefetch, self.warmup, 1)
+                composed[k].append((samples[0], self.comm.allgather(t)))
         if reader:
             reader.close()
+
+        # The isolated phases: per round the max over ranks, then the medians over rounds.
+        iso_phases = [_rank_max([phase_times(t) for t in ranks]) for ranks in iso_traces]
+        iso_layers = [[layer_times(t) for t in ranks] for ranks in iso_traces]
+        layers = []
+        for i, spec in enumerate(specs):
+            fwd = [max(lt[0][i] for lt in ranks) for ranks in iso_layers]
+            bwd = [max(lt[1][i] for lt in ranks) for ranks in iso_layers]
+            layers.append({"name": spec["name"], "type": spec["type"], "params": spec["params"],
+                           "forward": Measurement(fwd, clock, "the layer's forward, inside the isolated round"),
+                           "backward": Measurement(bwd, clock, "the layer's backward (weights + data), right after "
+                                                               "its forward, inside the isolated round")})
+        regions = {"io": "read and decode the batch in line (gdlbench.io), in the isolated round",
+                   "h2d": "cudaMemcpyAsync of the batch from pinned host memory" if self.device == "cuda"
+                          else "memcpy of the batch into the input buffer (CPU stand-in for H2D)",
+                   "forward": "the whole forward pass, in the isolated round",
+                   "backward": "the whole backward pass (activation gradients zeroed first), right after its forward",
+                   "update": "SGD with momentum over all parameters, after backward"}
+        phases = {k: Measurement([p[k] for p in iso_phases], clock, region) for k, region in regions.items()
+                  if k != "io" or reader}
+        mid = _median_index([max(t["update_end_us"] for t in ranks) for ranks in iso_traces])
+        result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
+                                 overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid])
+        if slowdowns:
+            result.contention = {
+                "compute_slowdown": Measurement([c for c, _ in slowdowns], clock,
+                                                "backward beside the messages / backward alone"),
+                "comm_slowdown": Measurement([m for _, m in slowdowns], "steady-clock",
+                                             "messages beside backward / messages alone")}
+        model_phases = result.phases_model()
+        for k, (strategy, mplan, algo, servers) in enumerate(plans):
+            msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
+                   for s in msg_samples[(tuple(mplan.messages), algo, servers)]]
+            rounds = composed[k]
+            samples = [s for s, _ in rounds]
+            inside_rounds = [_rank_max([phase_times(t) for t in ranks]) for _, ranks in rounds]
+            inside = {ph: Measurement([p[ph] for p in inside_rounds], clock, f"{ph} inside the composed iteration")
+                      for ph in inside_rounds[0]}
+            executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
+            pred = predict_iteration(self.net, model_phases, None, executed, world,
+                                     message_costs_us=[m.median for m in msg])
+            result.runs.append(StrategyRun(strategy, mplan, msg,
+                                           Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),
+                                           rounds[_median_index(samples)][1], pred, inside))
         return result

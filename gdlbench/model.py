@@ -8,6 +8,10 @@ t_c (gradient aggregation, from a communication model), t_u.
 - WFBP:      backward runs from the last layer down; the gradient of layer l is ready at
              r_l = sum_{j >= l} t_b(j); its message starts at s_l = max(r_l, e_prev) and ends at
              e_l = s_l + t_c(m_l); the iteration pays t_f + max(t_b, e_last) + t_u.
+- contention: while a message and a backward layer run side by side, the layer runs s_c times
+             and the message s_m times slower than alone (schedule_shared); s_c and s_m are
+             measured (Phases.compute_slowdown, comm_slowdown; gdlbench iteration's contention
+             round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half).
 - fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
 - no overlap: the same recurrence with every r_l = t_b (all messages after backward).
 
@@ -295,12 +299,32 @@ class Phases:
     # all; 0 (a CPU whose compute threads already fill every core) hides none of it, since the
     # overlapped work then needs the same cores.
     overlap_efficiency: float = 1.0
+    # Contention measured on this machine (Iteration's contention round): how much slower backward
+    # runs while messages go beside it, and how much slower the messages go, as ratios >= 1 of
+    # their times alone. None: 2 - overlap_efficiency for both (1: each on resources of its own;
+    # 2: the two share the same cores half and half).
+    compute_slowdown: float | None = None
+    comm_slowdown: float | None = None
+
+    def contention(self) -> dict:
+        return {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown}
+
+    def slowdowns(self) -> tuple[float, float]:
+        """(backward, messages) slowdown while both run."""
+        default = 2.0 - self.overlap_efficiency
+        return (default if self.compute_slowdown is None else self.compute_slowdown,
+                default if self.comm_slowdown is None else self.comm_slowdown)
 
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
         if not isinstance(self.overlap_efficiency, (int, float)) or not 0 <= self.overlap_efficiency <= 1:
             raise UsageError(f"phases: overlap_efficiency must be in [0, 1], got {self.overlap_efficiency!r}")
+        for name in ("compute_slowdown", "comm_slowdown"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v < 1):
+                raise UsageError(f"phases: {name} must be a number >= 1, got {v!r}")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
             _time(getattr(self, name), f"phases: {name}")
         if self.forward_us + self.backward_us <= 0:
@@ -344,12 +368,14 @@ class Phases:
         eta = summary.get("overlap_efficiency", 1.0)
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 1:
             raise UsageError(f"{source}: summary.overlap_efficiency must be a number in [0, 1], got {eta!r}")
+        contention = summary.get("contention") if isinstance(summary.get("contention"), dict) else {}
         return cls(batch=batch, forward_us=totals["forward"], backward_us=totals["backward"],
                    io_us=totals.get("io", 0.0), h2d_us=totals.get("h2d", 0.0), update_us=totals.get("update", 0.0),
                    comm_us=totals.get("comm"), layer_forward_us=fwd, layer_backward_us=bwd,
                    net=args.get("net") if isinstance(args.get("net"), str) else None,
                    workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source,
-                   overlap_efficiency=float(eta))
+                   overlap_efficiency=float(eta), compute_slowdown=contention.get("compute_slowdown"),
+                   comm_slowdown=contention.get("comm_slowdown"))
 
     @classmethod
     def load(cls, path: str | Path) -> Phases:
@@ -404,14 +430,15 @@ class Phases:
         rows += [{"layer": k, "phase": "backward", "time_us": v} for k, v in self.layer_backward_us.items()]
         return {"tool": "gdlbench", "command": "iteration", "args": {"net": self.net, "batch": self.batch},
                 "env": {"world_size": self.workers}, "summary": {"batch": self.batch, "source": self.source,
-                                                                  "overlap_efficiency": self.overlap_efficiency},
+                                                                  "overlap_efficiency": self.overlap_efficiency,
+                                                                  "contention": self.contention()},
                 "rows": rows}
 
     def to_dict(self) -> dict:
         return {"batch": self.batch, "io_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
                 "backward_us": self.backward_us, "update_us": self.update_us, "comm_us": self.comm_us,
                 "net": self.net, "workers": self.workers, "source": self.source,
-                "overlap_efficiency": self.overlap_efficiency,
+                "overlap_efficiency": self.overlap_efficiency, "contention": self.contention(),
                 "layers_with_times": {"forward": len(self.layer_forward_us), "backward": len(self.layer_backward_us)}}
 
 
@@ -493,15 +520,47 @@ def make_buckets(sizes: Sequence[int], bucket_bytes: int | None) -> list[list[in
     return buckets
 
 
-def schedule(ready_us: Sequence[float], cost_us: Sequence[float], start_us: float = 0.0) -> list[tuple[float, float]]:
-    """The WFBP recurrence: s_l = max(r_l, e_prev), e_l = s_l + t_c(m_l); e_prev starts at start_us."""
-    out = []
-    e_prev = start_us
-    for r, c in zip(ready_us, cost_us, strict=True):
-        s = max(r, e_prev)
-        e_prev = s + c
-        out.append((s, e_prev))
-    return out
+def schedule_shared(layer_us: Sequence[float], ready_after: Sequence[int], cost_us: Sequence[float],
+                    compute_slowdown: float = 1.0, comm_slowdown: float = 1.0) -> tuple[list[float],
+                                                                                     list[tuple[float, float]]]:
+    """Backward and its messages when they share the machine. layer_us: backward's layers in the
+    order they run; message j may start once ready_after[j] + 1 of them are done and message j - 1
+    has ended. While a layer and a message run together, the layer runs compute_slowdown times and
+    the message comm_slowdown times slower than alone. Returns (each layer's end, each message's
+    (start, end)), from the start of backward. With both slowdowns 1 this is the WFBP recurrence
+    s_j = max(r_j, e_{j-1}), e_j = s_j + t_c(m_j) (module docstring)."""
+    n_layers, n_msgs = len(layer_us), len(cost_us)
+    ends: list[float] = []
+    spans: list[tuple[float, float]] = []
+    t, k, j = 0.0, 0, 0
+    left_b = layer_us[0] if n_layers else 0.0
+    left_c: float | None = None
+    eps = 1e-9
+    while k < n_layers or j < n_msgs:
+        if k < n_layers and left_b <= eps:  # a layer of no time (or just done)
+            ends.append(t)
+            k += 1
+            left_b = layer_us[k] if k < n_layers else 0.0
+            continue
+        if j < n_msgs and left_c is None and k > ready_after[j]:
+            spans.append((t, t))
+            left_c = float(cost_us[j])
+        if left_c is not None and left_c <= eps:
+            spans[-1] = (spans[-1][0], t)
+            j += 1
+            left_c = None
+            continue
+        computing, sending = k < n_layers, left_c is not None
+        both = computing and sending
+        rate_b = 1.0 / compute_slowdown if both else 1.0
+        rate_c = 1.0 / comm_slowdown if both else 1.0
+        dt = min(left_b / rate_b if computing else math.inf, left_c / rate_c if sending else math.inf)
+        t += dt
+        if computing:
+            left_b = max(0.0, left_b - dt * rate_b) if dt < left_b / rate_b else 0.0
+        if sending:
+            left_c = max(0.0, left_c - dt * rate_c) if dt < left_c / rate_c else 0.0
+    return ends, spans
 
 
 def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) -> list[dict]:
@@ -530,20 +589,14 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
     fwd = phases.per_layer(net, "forward")
     bwd = phases.per_layer(net, "backward")
 
-    # Ready time of each layer's gradient, from the start of backward (which runs last layer first).
-    ready: dict[int, float] = {}
-    clock = 0.0
-    bwd_spans = []
-    for i in reversed(range(len(net.layers))):
-        bwd_spans.append((net.layers[i].name, clock, clock + bwd[i]))
-        clock += bwd[i]
-        ready[i] = clock
-
     plan = plan_messages(net, strategy, dtype_bytes)
     sizes = [msg["bytes"] for msg in plan]
     names = [tuple(msg["layers"]) for msg in plan]
-    # a message is ready with the last of its gradients (its lowest layer index)
-    ready_b = [ready[msg["indices"][-1]] if strategy.overlap == "wfbp" else t_b for msg in plan]
+    # Backward runs the last layer first; a message is ready with the last of its gradients (its
+    # lowest layer index), or after the whole backward without overlap.
+    order = list(reversed(range(len(net.layers))))
+    position = {i: p for p, i in enumerate(order)}
+    ready_after = [position[msg["indices"][-1]] if strategy.overlap == "wfbp" else len(order) - 1 for msg in plan]
 
     servers = strategy.servers or n
     after_push_pulls: list[float] = []
@@ -568,16 +621,16 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
     else:
         algo = strategy.algo or comm.formula
         costs = [comm_time_us(algo, m, n, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
-    spans = schedule(ready_b, costs)
+    compute_slowdown, comm_slowdown = phases.slowdowns()
+    layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
+    backward_end = layer_ends[-1] if layer_ends else 0.0
     e_last = spans[-1][1] if spans else 0.0
-    # Overlapped messages hide behind backward only as far as they run on resources of their own.
-    eta = phases.overlap_efficiency
-    overlapped = sum(costs) if strategy.overlap == "wfbp" else 0.0
-    comm_end = max(t_b, e_last, t_b + (1 - eta) * overlapped)  # from the start of backward
+    comm_end = max(backward_end, e_last)  # from the start of backward
     pulls_total = sum(after_push_pulls)
     after_fwd = comm_end + t_u + pulls_total  # backward + exposed comm + update (+ pulls)
+    eta = phases.overlap_efficiency
     comm_total = sum(costs) + pulls_total
-    comm_exposed = comm_end - t_b + pulls_total
+    comm_exposed = comm_end - t_b + pulls_total  # with the slowdown backward takes beside the messages
 
     compute_span = t_f + after_fwd  # what prefetched I/O overlaps with
     io_exposed = max((1 - eta) * t_io, t_io - compute_span) if strategy.io_prefetch else t_io
@@ -605,8 +658,12 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
             tl.append({"lane": "forward", "name": layer.name, "start_us": clock, "end_us": clock + t})
         clock += t
     b0 = t0 + t_f
-    tl += [{"lane": "backward", "name": name, "start_us": b0 + s, "end_us": b0 + e}
-           for name, s, e in bwd_spans if e > s]
+    prev = 0.0
+    for i, end in zip(order, layer_ends, strict=True):
+        if end > prev:
+            tl.append({"lane": "backward", "name": net.layers[i].name, "start_us": b0 + prev, "end_us": b0 + end})
+        prev = end
+    ready_b = [layer_ends[p] for p in ready_after]
     messages = []
     for nm, m, r, (s, e) in zip(names, sizes, ready_b, spans, strict=True):
         messages.append(Message(nm, m, r, s, e))

@@ -23,7 +23,7 @@ from gdlbench.model import (
     ps_us,
     recursive_doubling_us,
     ring_allreduce_us,
-    schedule,
+    schedule_shared,
     tree_allreduce_us,
 )
 from gdlbench.network import load_network
@@ -107,9 +107,42 @@ def test_fusion_buckets():
     assert one.t_iter_us == pytest.approx(2 + 30 + 60 + (8 + 40) + 3)
 
 
-def test_schedule():
-    assert schedule([1, 2, 10], [5, 5, 1]) == [(1, 6), (6, 11), (11, 12)]
-    assert schedule([], []) == []
+def test_schedule_shared():
+    # alone (slowdowns 1): the WFBP recurrence; message 0 ready after layer 0 (t = 3), 1 after layer 2
+    assert schedule_shared([3, 2, 5], [0, 2], [4, 1]) == ([3, 5, 10], [(3, 7), (10, 11)])
+    # sharing the cores half and half from t = 3: layer 1 ends at 7 with half of message 0 sent,
+    # message 0 ends at 11, layer 2 runs alone from 11 with 3 left -> 14; message 1 14 -> 15
+    assert schedule_shared([3, 2, 5], [0, 2], [4, 1], 2, 2) == ([3, 7, 14], [(3, 11), (14, 15)])
+    # work is conserved when both always run: slowdown 2 each pays backward + messages
+    ends, spans = schedule_shared([10], [-1], [10], 2, 2)
+    assert ends == [20] and spans == [(0, 20)]
+    assert schedule_shared([], [], []) == ([], [])
+    assert schedule_shared([0, 4], [1, 1], [0, 0]) == ([0, 4], [(4, 4), (4, 4)])
+
+
+def test_measured_contention_prices_the_overlap():
+    from gdlbench.iteration import contention
+
+    # backward alone 100; messages alone 60 (two of 30); side by side backward took 150 and the
+    # messages ended at 90 (before backward): backward did 100 - 60 = 40 of its work in 90 us
+    t = {"backward_end_us": 150.0, "message_start_us": [0.0, 45.0], "message_end_us": [45.0, 90.0]}
+    sc, sm = contention(t, 100.0, [30.0, 30.0])
+    assert sc == pytest.approx(90 / 40) and sm == pytest.approx(90 / 60)
+    # backward ended first (at 80): the messages did 30 + 30 * (80 - 50) / 60 = 45 of their work
+    t = {"backward_end_us": 80.0, "message_start_us": [0.0, 50.0], "message_end_us": [50.0, 110.0]}
+    sc, sm = contention(t, 70.0, [30.0, 30.0])
+    assert sc == pytest.approx(80 / 70) and sm == pytest.approx(80 / 45)
+    assert contention({"backward_end_us": 80.0, "message_start_us": [], "message_end_us": []}, 70.0, []) is None
+    # measured slowdowns go into the model and through the phases JSON
+    ph = replace(PH3, compute_slowdown=1.5, comm_slowdown=1.2)
+    assert Phases.from_dict(ph.to_report()).slowdowns() == (1.5, 1.2)
+    assert PH3.slowdowns() == (1.0, 1.0) and replace(PH3, overlap_efficiency=0.0).slowdowns() == (2.0, 2.0)
+    with pytest.raises(UsageError):
+        replace(PH3, compute_slowdown=0.5)
+    slow = predict_iteration(NET3, replace(PH3, compute_slowdown=2.0, comm_slowdown=2.0), RING,
+                             strat(overlap="wfbp"), 2)
+    fast = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp"), 2)
+    assert slow.t_iter_us > fast.t_iter_us
 
 
 def test_parameter_server():

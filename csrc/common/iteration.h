@@ -1,6 +1,7 @@
 // What the CPU and CUDA iteration executors share: the message plan, the SGD settings, the trace
 // of one composed iteration, and how parameters are initialised.
 #pragma once
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -25,15 +26,24 @@ struct SgdConfig {
   float lr = 0.01f, momentum = 0.9f, weight_decay = 1e-4f;
 };
 
-// Time stamps (us since the iteration's start) of one composed iteration, for the timeline.
+// Time stamps of one iteration, us since its start on this rank (the CUDA executor: device times
+// from an event at the start, host times for the I/O), for the trace and the model. A layer's
+// forward starts where the one before it ended (the first at h2d_end); a layer's backward starts
+// where the layer after it ended (the last layer's at zero_end); a message starts once it is
+// ready and the one before it is done.
 struct IterationTrace {
-  double io_wait_end = 0, h2d_end = 0, forward_end = 0, backward_end = 0, comm_end = 0, update_end = 0;
-  std::vector<double> layer_backward_end;          // per layer, in layer order
-  std::vector<double> message_start, message_end;  // per message, in plan order
+  double io_start = 0, io_end = 0;  // the read: this batch's (inline), or the next one's (prefetch thread)
+  bool io_prefetch = false;
+  double io_wait_end = 0, h2d_end = 0, forward_end = 0, zero_end = 0, backward_end = 0, comm_end = 0,
+         update_end = 0;
+  std::vector<double> layer_forward_end, layer_backward_end;     // per layer, in layer order
+  std::vector<double> message_ready, message_start, message_end;  // per message, in plan order
 };
 
 // Checks a message plan against the executor: every message inside the gradient buffer, its
-// ready layer a real one, every gradient covered. Returns the messages ready after each layer.
+// ready layer a real one, every gradient covered (or no message at all: the phases run in
+// sequence without communication, as the isolated round measures them). Returns the messages
+// ready after each layer.
 inline std::vector<std::vector<int>> messages_by_layer(const std::vector<Message>& msgs, int64_t param_count,
                                                        int layers) {
   std::vector<std::vector<int>> ready_at(layers);
@@ -46,7 +56,7 @@ inline std::vector<std::vector<int>> messages_by_layer(const std::vector<Message
     ready_at[m.ready_after].push_back(static_cast<int>(i));
     covered += m.count;
   }
-  GDL_REQUIRE(covered == param_count, "the messages cover ", covered, " of ", param_count, " gradients");
+  GDL_REQUIRE(msgs.empty() || covered == param_count, "the messages cover ", covered, " of ", param_count, " gradients");
   return ready_at;
 }
 
@@ -72,9 +82,11 @@ inline std::vector<float> initial_params(const std::vector<LayerSpec>& specs, in
 
 // Reads the next batch: io() on a thread of its own while the iteration computes (prefetch), or
 // in line. An error on the I/O thread comes back as an exception from wait(); the thread is joined
-// on every path (a joinable std::thread at destruction would terminate the process).
+// on every path (a joinable std::thread at destruction would terminate the process). The last
+// read's start and end are kept for the trace (read them after wait()).
 class BatchLoader {
  public:
+  using clock = std::chrono::steady_clock;
   BatchLoader(const std::function<void()>& io, bool prefetch) : io_(io), prefetch_(prefetch && io) {
     if (prefetch_) start();  // the first batch, ahead of the first iteration
   }
@@ -87,7 +99,7 @@ class BatchLoader {
   // This iteration's batch: waits for the prefetched one and starts the next, or reads in line.
   void next() {
     if (!io_) return;
-    if (!prefetch_) return io_();
+    if (!prefetch_) return read();
     wait();
     start();
   }
@@ -95,12 +107,21 @@ class BatchLoader {
     if (thread_.joinable()) thread_.join();
     if (!error_.empty()) GDL_FAIL("data I/O failed: ", error_);
   }
+  bool active() const { return static_cast<bool>(io_); }
+  bool prefetch() const { return prefetch_; }
+  clock::time_point read_start() const { return read_start_; }
+  clock::time_point read_end() const { return read_end_; }
 
  private:
+  void read() {
+    read_start_ = clock::now();
+    io_();
+    read_end_ = clock::now();
+  }
   void start() {
     thread_ = std::thread([this] {
       try {
-        io_();
+        read();
       } catch (const std::exception& e) {
         error_ = e.what();
       }
@@ -110,6 +131,7 @@ class BatchLoader {
   bool prefetch_;
   std::thread thread_;
   std::string error_;
+  clock::time_point read_start_{}, read_end_{};
 };
 
 // Labels of the loss layer: batch int32 class indices.

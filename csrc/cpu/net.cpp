@@ -161,36 +161,32 @@ void Net::backward_layer(int l) {
   layers_[l]->backward_data(x, act_[l].data(), act_grad_[l].data(), layer_input_grads(l));
 }
 
-void Net::forward() {
-  for (int l = 0; l < layers(); ++l) forward_layer(l);
+void Net::forward(const std::function<void(int)>& after_layer) {
+  for (int l = 0; l < layers(); ++l) {
+    forward_layer(l);
+    if (after_layer) after_layer(l);
+  }
 }
 
-void Net::backward(const std::function<void(int)>& after_layer) {
-  // Input gradients accumulate (an activation may feed several layers): zero them first.
+void Net::zero_act_grads() {
+  // Input gradients accumulate (an activation may feed several layers): backward zeroes them first.
   for (int l = 0; l + 1 < layers(); ++l) std::memset(act_grad_[l].data(), 0, act_grad_[l].size() * sizeof(float));
+}
+
+void Net::backward_layers(const std::function<void(int)>& after_layer) {
   for (int l = layers() - 1; l >= 0; --l) {
     backward_layer(l);
     if (after_layer) after_layer(l);
   }
 }
 
+void Net::backward(const std::function<void(int)>& after_layer) {
+  zero_act_grads();
+  backward_layers(after_layer);
+}
+
 void Net::update(const SgdConfig& sgd) {
   sgd_update(params_.data(), grads_.data(), momentum_.data(), param_count(), sgd.lr, sgd.momentum, sgd.weight_decay);
-}
-
-std::vector<std::vector<double>> Net::time_forward(const TimingPlan& plan) {
-  forward();
-  std::vector<std::vector<double>> out;
-  for (int l = 0; l < layers(); ++l) out.push_back(time_steady(plan, [&] { forward_layer(l); }));
-  return out;
-}
-
-std::vector<std::vector<double>> Net::time_backward(const TimingPlan& plan) {
-  forward();
-  backward();
-  std::vector<std::vector<double>> out(layers());
-  for (int l = layers() - 1; l >= 0; --l) out[l] = time_steady(plan, [&] { backward_layer(l); });
-  return out;
 }
 
 std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
@@ -200,14 +196,6 @@ std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
 std::vector<double> Net::time_backward_pass(const TimingPlan& plan) {
   forward();
   return time_steady(plan, [&] { backward(); });
-}
-
-std::vector<double> Net::time_update(const TimingPlan& plan, const SgdConfig& sgd) {
-  return time_steady(plan, [&] { update(sgd); });
-}
-
-std::vector<double> Net::time_h2d(const TimingPlan& plan) {
-  return time_steady(plan, [&] { std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float)); });
 }
 
 std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
@@ -234,40 +222,84 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
 
   std::vector<double> samples;
   IterationTrace trace;
+  trace.layer_forward_end.assign(layers(), 0.0);
+  trace.layer_backward_end.assign(layers(), 0.0);
+  trace.message_ready.assign(msgs.size(), 0.0);
   BatchLoader loader(io, prefetch);
+  clock_type::time_point t0;
+  auto post = [&](int i) {
+    trace.message_ready[i] = us_since(t0);
+    comm_thread.post(i);
+  };
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
     MPI_Barrier(comm);  // untimed: every rank starts the iteration together
-    const auto t0 = clock_type::now();
+    t0 = clock_type::now();
     comm_thread.begin_iteration(t0);
-    trace.layer_backward_end.assign(layers(), 0.0);
     loader.next();  // this iteration's batch (read while the previous one computed, when prefetching)
     trace.io_wait_end = us_since(t0);
     std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
     trace.h2d_end = us_since(t0);
-    forward();
-    trace.forward_end = us_since(t0);
-    backward([&](int l) {
+    forward([&](int l) { trace.layer_forward_end[l] = us_since(t0); });
+    trace.forward_end = trace.layer_forward_end.back();
+    zero_act_grads();
+    trace.zero_end = us_since(t0);
+    backward_layers([&](int l) {
       trace.layer_backward_end[l] = us_since(t0);
       if (overlap)
-        for (int i : ready_at[l]) comm_thread.post(i);
+        for (int i : ready_at[l]) post(i);
     });
-    trace.backward_end = us_since(t0);
+    trace.backward_end = trace.layer_backward_end.front();
     if (!overlap)
-      for (std::size_t i = 0; i < msgs.size(); ++i) comm_thread.post(static_cast<int>(i));
+      for (std::size_t i = 0; i < msgs.size(); ++i) post(static_cast<int>(i));
     comm_thread.wait_all();
     trace.comm_end = us_since(t0);
     update(sgd);
     trace.update_end = us_since(t0);
     if (it >= plan.warmup) samples.push_back(trace.update_end);
   }
-  loader.wait();
+  loader.wait();  // the last read is done: its end is known
   max_over_ranks(samples, comm);
   if (last_trace) {
     trace.message_start = comm_thread.starts();
     trace.message_end = comm_thread.ends();
+    if (loader.active()) {
+      const auto since = [&](clock_type::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
+      trace.io_prefetch = loader.prefetch();
+      trace.io_start = since(loader.read_start());
+      trace.io_end = since(loader.read_end());
+    }
     *last_trace = trace;
   }
   return samples;
+}
+
+std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce,
+                                         MPI_Comm comm, IterationTrace* trace) {
+  messages_by_layer(msgs, param_count(), layers());
+  // A buffer of its own: the messages run while backward writes the gradients.
+  std::vector<float> scratch(grads_.size());
+  fill(scratch.data(), scratch.size(), 11);
+  CommThread comm_thread(msgs, allreduce, scratch.data());
+  IterationTrace t;
+  t.layer_backward_end.assign(layers(), 0.0);
+  forward();
+  MPI_Barrier(comm);
+  const auto t0 = clock_type::now();
+  comm_thread.begin_iteration(t0);
+  for (std::size_t i = 0; i < msgs.size(); ++i) comm_thread.post(static_cast<int>(i));
+  zero_act_grads();
+  t.zero_end = us_since(t0);
+  backward_layers([&](int l) { t.layer_backward_end[l] = us_since(t0); });
+  t.backward_end = t.layer_backward_end.front();
+  comm_thread.wait_all();
+  t.comm_end = us_since(t0);
+  t.message_ready.assign(msgs.size(), 0.0);
+  t.message_start = comm_thread.starts();
+  t.message_end = comm_thread.ends();
+  std::vector<double> sample{t.comm_end};
+  max_over_ranks(sample, comm);
+  if (trace) *trace = t;
+  return sample;
 }
 
 }  // namespace gdl::cpu

@@ -34,28 +34,32 @@ class Net {
   float output0() const { return act_.back().at(0); }  // the loss, when the last layer is one
   void set_param(int64_t i, float v) { params_.at(i) = v; }
 
-  // Phases in isolation: one sample vector per layer (forward; backward = params + data).
-  std::vector<std::vector<double>> time_forward(const TimingPlan& plan);
-  std::vector<std::vector<double>> time_backward(const TimingPlan& plan);
-  // The whole forward pass, and the whole backward pass (zeroing included), as the composed
-  // iteration runs them: the layers share the caches there, which layers alone do not.
+  // The whole forward pass, and the whole backward pass (zeroing included) after one forward,
+  // each repeated alone: not the state the iteration runs them in (its isolated round is
+  // time_iteration without messages); kept to show the difference.
   std::vector<double> time_forward_pass(const TimingPlan& plan);
   std::vector<double> time_backward_pass(const TimingPlan& plan);
-  std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
-  std::vector<double> time_h2d(const TimingPlan& plan);  // memcpy of a batch into the input buffer
   // Each message of the plan sent alone, with a barrier before every sample; max over ranks.
   std::vector<std::vector<double>> time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
                                                  const AllreduceFn& allreduce, MPI_Comm comm);
 
   // The composed iteration. `overlap`: messages start as soon as they are ready (WFBP) on the
   // communication thread; otherwise all of them go after backward. `prefetch` runs the next
-  // batch's I/O on another thread while this iteration computes; `io` may be empty.
+  // batch's I/O on another thread while this iteration computes; `io` may be empty. With no
+  // messages, the phases run in sequence, each stamped: the isolated round.
   std::vector<double> time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                      const AllreduceFn& allreduce, const std::function<void()>& io,
                                      bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
                                      IterationTrace* last_trace);
+  // Contention: every message of the plan posted to the communication thread as backward starts
+  // (on a scratch buffer), so both run side by side; stamps of both in `trace`. Returns the
+  // span until both are done, max over ranks.
+  std::vector<double> time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce, MPI_Comm comm,
+                                      IterationTrace* trace);
 
-  void forward();
+  void forward(const std::function<void(int)>& after_layer = {});
+  void zero_act_grads();
+  void backward_layers(const std::function<void(int)>& after_layer);
   // Zeroes the activation gradients, then runs every layer's backward, last first, calling
   // after_layer(l) as soon as layer l is done (the composed iteration posts messages there).
   void backward(const std::function<void(int)>& after_layer = {});

@@ -114,17 +114,28 @@ void Net::backward_layer(int l) {
   layers_[l]->backward_data(x, act_[l]->data(), act_grad_[l]->data(), layer_input_grads(l));
 }
 
-void Net::forward() {
-  for (int l = 0; l < layers(); ++l) forward_layer(l);
+void Net::forward(const std::function<void(int)>& after_layer) {
+  for (int l = 0; l < layers(); ++l) {
+    forward_layer(l);
+    if (after_layer) after_layer(l);
+  }
 }
 
-void Net::backward(const std::function<void(int)>& after_layer) {
+void Net::zero_act_grads() {
   const cudaStream_t s = context().stream;
   for (int l = 0; l + 1 < layers(); ++l) CUDA_CHECK(cudaMemsetAsync(act_grad_[l]->data(), 0, act_grad_[l]->nbytes(), s));
+}
+
+void Net::backward_layers(const std::function<void(int)>& after_layer) {
   for (int l = layers() - 1; l >= 0; --l) {
     backward_layer(l);
     if (after_layer) after_layer(l);
   }
+}
+
+void Net::backward(const std::function<void(int)>& after_layer) {
+  zero_act_grads();
+  backward_layers(after_layer);
 }
 
 void Net::update(const SgdConfig& c) {
@@ -161,22 +172,6 @@ void Net::set_param(int64_t i, float v) {
   CUDA_CHECK(cudaMemcpy(static_cast<float*>(params_->data()) + i, &v, sizeof(float), cudaMemcpyHostToDevice));
 }
 
-std::vector<std::vector<double>> Net::time_forward(const TimingPlan& plan) {
-  forward();
-  std::vector<std::vector<double>> out;
-  for (int l = 0; l < layers(); ++l) out.push_back(time_events(plan, context().stream, [&] { forward_layer(l); }));
-  return out;
-}
-
-std::vector<std::vector<double>> Net::time_backward(const TimingPlan& plan) {
-  forward();
-  backward();
-  std::vector<std::vector<double>> out(layers());
-  for (int l = layers() - 1; l >= 0; --l)
-    out[l] = time_events(plan, context().stream, [&] { backward_layer(l); });
-  return out;
-}
-
 std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
   return time_events(plan, context().stream, [&] { forward(); });
 }
@@ -184,16 +179,6 @@ std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
 std::vector<double> Net::time_backward_pass(const TimingPlan& plan) {
   forward();
   return time_events(plan, context().stream, [&] { backward(); });
-}
-
-std::vector<double> Net::time_update(const TimingPlan& plan, const SgdConfig& sgd) {
-  return time_events(plan, context().stream, [&] { update(sgd); });
-}
-
-std::vector<double> Net::time_h2d(const TimingPlan& plan) {
-  return time_events(plan, context().stream, [&] {
-    CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, context().stream));
-  });
 }
 
 std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
@@ -214,87 +199,156 @@ std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, cons
   return out;
 }
 
+namespace {
+
+// The events of one traced iteration: start, h2d end, per layer forward end, zeroing end, per
+// layer backward end, per message ready / start / end, comm done, update end.
+struct IterationEvents {
+  int L;
+  std::size_t M;
+  EventPool ev;
+  IterationEvents(int layers, std::size_t messages) : L(layers), M(messages), ev(5 + 2 * layers + 3 * messages) {}
+  cudaEvent_t start() const { return ev[0]; }
+  cudaEvent_t h2d() const { return ev[1]; }
+  cudaEvent_t zero() const { return ev[2]; }
+  cudaEvent_t comm() const { return ev[3]; }
+  cudaEvent_t update() const { return ev[4]; }
+  cudaEvent_t forward(int l) const { return ev[5 + l]; }
+  cudaEvent_t backward(int l) const { return ev[5 + L + l]; }
+  cudaEvent_t ready(std::size_t i) const { return ev[5 + 2 * L + 3 * i]; }
+  cudaEvent_t msg_start(std::size_t i) const { return ev[5 + 2 * L + 3 * i + 1]; }
+  cudaEvent_t msg_end(std::size_t i) const { return ev[5 + 2 * L + 3 * i + 2]; }
+
+  // Device times from the start event, after the device is done with them.
+  void read(IterationTrace& t, bool updated) const {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto since = [&](cudaEvent_t e) { return elapsed_us(start(), e); };
+    t.h2d_end = since(h2d());
+    t.layer_forward_end.resize(L);
+    t.layer_backward_end.resize(L);
+    for (int l = 0; l < L; ++l) {
+      t.layer_forward_end[l] = since(forward(l));
+      t.layer_backward_end[l] = since(backward(l));
+    }
+    t.forward_end = L ? t.layer_forward_end[L - 1] : t.h2d_end;
+    t.zero_end = since(zero());
+    t.backward_end = L ? t.layer_backward_end[0] : t.zero_end;
+    t.message_ready.clear();
+    t.message_start.clear();
+    t.message_end.clear();
+    for (std::size_t i = 0; i < M; ++i) {
+      t.message_ready.push_back(since(ready(i)));
+      t.message_start.push_back(since(msg_start(i)));
+      t.message_end.push_back(since(msg_end(i)));
+    }
+    t.comm_end = std::max(t.backward_end, since(comm()));
+    t.update_end = updated ? since(update()) : t.comm_end;
+  }
+};
+
+// Sends message i of the plan from buffer g on the communication stream once the compute stream
+// reaches this point, with events around it.
+void send_message(const IterationEvents& ev, std::size_t i, const Message& m, float* g, ncclComm_t nc,
+                  cudaStream_t s, cudaStream_t comm_stream) {
+  CUDA_CHECK(cudaEventRecord(ev.ready(i), s));
+  CUDA_CHECK(cudaStreamWaitEvent(comm_stream, ev.ready(i), 0));
+  CUDA_CHECK(cudaEventRecord(ev.msg_start(i), comm_stream));
+  NCCL_CHECK(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
+                           comm_stream));
+  CUDA_CHECK(cudaEventRecord(ev.msg_end(i), comm_stream));
+}
+
+}  // namespace
+
 std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                         const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
                                         MPI_Comm comm, IterationTrace* last_trace) {
   validate(plan);
   const auto ready_at = messages_by_layer(msgs, param_count_, layers());
   const cudaStream_t s = context().stream;
-  ncclComm_t nc = nccl_comm(comm);
+  ncclComm_t nc = msgs.empty() ? nullptr : nccl_comm(comm);
   auto* g = static_cast<float*>(grads_->data());
-  // Events: iteration start, h2d end, forward end, per layer backward end, per message ready /
-  // start / end, comm done, update end.
-  const int L = layers();
-  const std::size_t M = msgs.size();
-  EventPool ev(4 + L + 3 * M + 1);
-  const auto e_start = ev[0], e_h2d = ev[1], e_fwd = ev[2], e_comm = ev[3];
-  auto e_layer = [&](int l) { return ev[4 + l]; };
-  auto e_ready = [&](std::size_t i) { return ev[4 + L + 3 * i]; };
-  auto e_msg_start = [&](std::size_t i) { return ev[4 + L + 3 * i + 1]; };
-  auto e_msg_end = [&](std::size_t i) { return ev[4 + L + 3 * i + 2]; };
-  const auto e_update = ev[4 + L + 3 * M];
-
-  auto send = [&](std::size_t i) {
-    const auto& m = msgs[i];
-    CUDA_CHECK(cudaEventRecord(e_ready(i), s));
-    CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, e_ready(i), 0));
-    CUDA_CHECK(cudaEventRecord(e_msg_start(i), comm_stream_));
-    NCCL_CHECK(ncclAllReduce(g + m.offset, g + m.offset, static_cast<std::size_t>(m.count), ncclFloat, ncclSum, nc,
-                             comm_stream_));
-    CUDA_CHECK(cudaEventRecord(e_msg_end(i), comm_stream_));
-  };
-
+  const IterationEvents ev(layers(), msgs.size());
+  auto send = [&](std::size_t i) { send_message(ev, i, msgs[i], g, nc, s, comm_stream_); };
 
   std::vector<double> samples;
-  IterationTrace trace;
   double io_wait_us = 0;
   BatchLoader loader(io, prefetch);
+  clock_type::time_point t0;
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
     CUDA_CHECK(cudaDeviceSynchronize());
     MPI_Barrier(comm);
-    const auto t0 = clock_type::now();
-    CUDA_CHECK(cudaEventRecord(e_start, s));
+    t0 = clock_type::now();
+    CUDA_CHECK(cudaEventRecord(ev.start(), s));
     loader.next();
     io_wait_us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
-    CUDA_CHECK(cudaEventRecord(e_h2d, s));
-    forward();
-    CUDA_CHECK(cudaEventRecord(e_fwd, s));
-    backward([&](int l) {
-      CUDA_CHECK(cudaEventRecord(e_layer(l), s));
+    CUDA_CHECK(cudaEventRecord(ev.h2d(), s));
+    forward([&](int l) { CUDA_CHECK(cudaEventRecord(ev.forward(l), s)); });
+    zero_act_grads();
+    CUDA_CHECK(cudaEventRecord(ev.zero(), s));
+    backward_layers([&](int l) {
+      CUDA_CHECK(cudaEventRecord(ev.backward(l), s));
       if (overlap)
         for (int i : ready_at[l]) send(static_cast<std::size_t>(i));
     });
     if (!overlap)
-      for (std::size_t i = 0; i < M; ++i) send(i);
-    CUDA_CHECK(cudaEventRecord(e_comm, comm_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(s, e_comm, 0));  // the update needs every reduced gradient
+      for (std::size_t i = 0; i < msgs.size(); ++i) send(i);
+    CUDA_CHECK(cudaEventRecord(ev.comm(), comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(s, ev.comm(), 0));  // the update needs every reduced gradient
     update(sgd);
-    CUDA_CHECK(cudaEventRecord(e_update, s));
-    CUDA_CHECK(cudaEventSynchronize(e_update));
+    CUDA_CHECK(cudaEventRecord(ev.update(), s));
+    CUDA_CHECK(cudaEventSynchronize(ev.update()));
     const double us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     if (it >= plan.warmup) samples.push_back(us);
   }
   loader.wait();
   max_over_ranks(samples, comm);
   if (last_trace) {
-    CUDA_CHECK(cudaDeviceSynchronize());
-    // Device times from the start event; the host's I/O wait comes first on the host clock.
-    trace.io_wait_end = io_wait_us;
-    trace.h2d_end = elapsed_us(e_start, e_h2d);
-    trace.forward_end = elapsed_us(e_start, e_fwd);
-    trace.layer_backward_end.resize(L);
-    for (int l = 0; l < L; ++l) trace.layer_backward_end[l] = elapsed_us(e_start, e_layer(l));
-    trace.backward_end = trace.layer_backward_end.empty() ? trace.forward_end : trace.layer_backward_end[0];
-    for (std::size_t i = 0; i < M; ++i) {
-      trace.message_start.push_back(elapsed_us(e_start, e_msg_start(i)));
-      trace.message_end.push_back(elapsed_us(e_start, e_msg_end(i)));
+    IterationTrace trace;
+    ev.read(trace, true);
+    trace.io_wait_end = io_wait_us;  // host clock: the device's start event follows t0 at once
+    if (loader.active()) {
+      const auto since = [&](clock_type::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
+      trace.io_prefetch = loader.prefetch();
+      trace.io_start = since(loader.read_start());
+      trace.io_end = since(loader.read_end());
     }
-    trace.comm_end = elapsed_us(e_start, e_comm);
-    trace.update_end = elapsed_us(e_start, e_update);
     *last_trace = trace;
   }
   return samples;
+}
+
+std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace) {
+  messages_by_layer(msgs, param_count_, layers());
+  const cudaStream_t s = context().stream;
+  ncclComm_t nc = nccl_comm(comm);
+  // A buffer of its own: the messages run while backward writes the gradients.
+  auto scratch = floats(param_count_);
+  fill(scratch->data(), param_count_, DType::f32, 11);
+  auto* g = static_cast<float*>(scratch->data());
+  const IterationEvents ev(layers(), msgs.size());
+  forward();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  MPI_Barrier(comm);
+  const auto t0 = clock_type::now();
+  CUDA_CHECK(cudaEventRecord(ev.start(), s));
+  CUDA_CHECK(cudaEventRecord(ev.h2d(), s));
+  for (int l = 0; l < layers(); ++l) CUDA_CHECK(cudaEventRecord(ev.forward(l), s));
+  for (std::size_t i = 0; i < msgs.size(); ++i) send_message(ev, i, msgs[i], g, nc, s, comm_stream_);
+  zero_act_grads();
+  CUDA_CHECK(cudaEventRecord(ev.zero(), s));
+  backward_layers([&](int l) { CUDA_CHECK(cudaEventRecord(ev.backward(l), s)); });
+  CUDA_CHECK(cudaEventRecord(ev.comm(), comm_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(s, ev.comm(), 0));
+  CUDA_CHECK(cudaEventRecord(ev.update(), s));
+  CUDA_CHECK(cudaEventSynchronize(ev.update()));
+  std::vector<double> sample{std::chrono::duration<double, std::micro>(clock_type::now() - t0).count()};
+  max_over_ranks(sample, comm);
+  IterationTrace t;
+  ev.read(t, false);
+  if (trace) *trace = t;
+  return sample;
 }
 
 }  // namespace gdl::cuda

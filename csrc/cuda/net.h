@@ -26,24 +26,27 @@ class Net {
   int64_t layer_param_offset(int l) const { return param_offset_.at(l); }
   int layers() const { return static_cast<int>(layers_.size()); }
 
-  // Phases in isolation, CUDA events around each layer's kernels on the compute stream.
-  std::vector<std::vector<double>> time_forward(const TimingPlan& plan);
-  std::vector<std::vector<double>> time_backward(const TimingPlan& plan);
-  std::vector<double> time_forward_pass(const TimingPlan& plan);   // the whole pass, as composed
+  // The passes repeated alone (CUDA events), as the CPU executor's: kept to show the difference
+  // from the isolated round (time_iteration without messages).
+  std::vector<double> time_forward_pass(const TimingPlan& plan);
   std::vector<double> time_backward_pass(const TimingPlan& plan);
-  std::vector<double> time_update(const TimingPlan& plan, const SgdConfig& sgd);
-  std::vector<double> time_h2d(const TimingPlan& plan);  // pinned host batch -> device input
   // Each message alone (NCCL, in place), barrier before each sample, max over ranks.
   std::vector<std::vector<double>> time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
                                                  MPI_Comm comm);
   // The composed iteration, host steady clock from the iteration's start to the device finishing
   // its update; max over ranks. io (may be empty) reads the next batch, on a host thread when
-  // prefetching.
+  // prefetching. With no messages, the phases run in sequence, each stamped: the isolated round.
   std::vector<double> time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
                                      const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
                                      MPI_Comm comm, IterationTrace* last_trace);
+  // Contention: every message of the plan enqueued on the communication stream as backward starts
+  // (on a scratch buffer), so both run side by side; stamps of both in `trace`. Returns the span
+  // until both are done (host clock), max over ranks.
+  std::vector<double> time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace);
 
-  void forward();
+  void forward(const std::function<void(int)>& after_layer = {});
+  void zero_act_grads();
+  void backward_layers(const std::function<void(int)>& after_layer);
   void backward(const std::function<void(int)>& after_layer = {});
   void update(const SgdConfig& sgd);
   void synchronize();

@@ -4,12 +4,13 @@ the model, per strategy."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from .. import env
 from ..cli import common_options
 from ..compare import Compare
 from ..errors import UsageError
-from ..iteration import Iteration, IterationResult
+from ..iteration import Iteration, IterationResult, spread_pct
 from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 
@@ -26,8 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="phase breakdown per strategy, predicted (needs gdlbench[plot])")
     p.add_argument("--plot-timeline", metavar="FILE.png",
                    help="measured timeline of one composed iteration of the last WFBP strategy (or the last)")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="the traced iterations (every phase on every rank, and the isolated phases as the model "
+                        "composes them) in the Chrome trace event format: open it in ui.perfetto.dev")
     common_options(p)
-    p.set_defaults(iters=5, warmup=1)
+    p.set_defaults(iters=5, warmup=1)  # iters: rounds (isolated, then composed); warmup: per native call
 
 
 def _progress(enabled: bool):
@@ -48,11 +52,14 @@ PHASE_COLUMNS = [Column("phase", "phase"), Column("median (ms)", "time_ms", fmt_
                  Column("share of serial", "share_pct", "{:.1f} %")]
 LAYER_COLUMNS = [Column("layer", "layer"), Column("type", "type"), Column("forward (ms)", "forward_ms", fmt_float(2)),
                  Column("backward (ms)", "backward_ms", fmt_float(2)), Column("share", "share_pct", "{:.1f} %")]
+PHASE_DIFF_COLUMNS = [Column("strategy", "strategy")] + [
+    Column(ph, ph, "{:+.1f} %") for ph in ("io", "h2d", "forward", "backward", "comm", "update")]
 STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages"),
                     Column("comm alone (ms)", "comm_ms", fmt_float(2)),
                     Column("predicted (ms)", "predicted_ms", fmt_float(2)),
                     Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
-                    Column("error", "error_pct", "{:+.1f} %"), Column("img/s/worker", "ips", fmt_float(2)),
+                    Column("error", "error_pct", "{:+.1f} %"), Column("spread", "spread_pct", "{:.1f} %"),
+                    Column("img/s/worker", "ips", fmt_float(2)),
                     Column("img/s total", "ips_total", fmt_float(2))]
 
 
@@ -64,7 +71,7 @@ def strategy_rows(r: IterationResult) -> list[dict]:
         rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
                      "comm_ms": sum(m.median for m in run.message_times) / 1e3,
                      "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
-                     "error_pct": run.error_pct, "ips": r.batch / (c.median * 1e-6),
+                     "error_pct": run.error_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
                      "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
     return rows
 
@@ -83,17 +90,30 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                   f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
     clock = "host steady clock" if r.device == "cpu" else "CUDA events (composed iteration: host steady clock)"
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
-                caption=f"clock: {clock}; forward/backward: the whole pass (the per-layer table: each layer alone); "
-                        f"{it.iters} iterations after {it.warmup} warm-up; multi-rank times are max over ranks")
+                caption=f"clock: {clock}; the isolated round: one iteration without communication, every phase "
+                        f"stamped; {it.iters} rounds (isolated, then composed), {it.warmup} warm-up iteration(s) "
+                        "before each; multi-rank times are max over ranks")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
     rows = strategy_rows(r)
     notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
     print_table("composed iteration per strategy: the model (from the phases above) against the real run",
                 STRATEGY_COLUMNS, rows,
-                caption=f"error = (predicted - measured) / measured. {notes}. Parameter-server strategies run "
+                caption=f"error = (predicted - measured) / measured; spread: the composed run's interquartile "
+                        f"range over the rounds / median. {notes}. Parameter-server strategies run "
                         "each message as one push+pull call. Presets are stated assumptions (gdlbench.strategies), "
                         "not reproductions of the frameworks.")
+    print_table("each phase alone (isolated round) and inside the composed iteration: difference",
+                PHASE_DIFF_COLUMNS,
+                [{"strategy": name} | {ph: v["diff_pct"] for ph, v in table.items()}
+                 for name, table in r.phase_table().items()],
+                caption="(inside - alone) / alone, medians over the rounds, max over ranks; comm: the sum of the "
+                        "messages' times (alone: each message alone)")
+    if r.contention:
+        cs, ms = r.contention["compute_slowdown"], r.contention["comm_slowdown"]
+        console.print(f"contention, measured: backward {cs.median:.3f}x slower beside the messages, the messages "
+                      f"{ms.median:.3f}x slower beside backward (medians of {len(cs.samples_us)} rounds)",
+                      markup=False, highlight=False)
     eta = r.overlap_efficiency
     console.print(f"model: overlap efficiency {eta:g} ("
                   + ("the compute threads fill every core, so communication and prefetched I/O overlapped with "
@@ -110,7 +130,8 @@ def print_result(r: IterationResult, it: Iteration) -> None:
 def run(args: argparse.Namespace) -> int:
     get_strategies(args.strategy)  # bad names fail before any work
     outputs = {opt: OutputFile(path, opt) for opt, path in (("--json", args.json), ("--csv", args.csv),
-               ("--plot", args.plot), ("--plot-timeline", args.plot_timeline)) if path}
+               ("--plot", args.plot), ("--plot-timeline", args.plot_timeline),
+               ("--trace", args.trace)) if path}
     if args.plot or args.plot_timeline:
         from ..plots import require_matplotlib
 
@@ -134,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
                                               "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
                                                               for run in result.runs}}).report()
     report.write(outputs.get("--json"), outputs.get("--csv"))
+    if args.trace:
+        outputs["--trace"].write(json.dumps(result.chrome_trace()))
     if args.plot:
         from ..plots import plot_breakdown
 
