@@ -51,34 +51,26 @@ class Net:
         """
     def set_param(self, index: typing.SupportsInt | typing.SupportsIndex, value: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
-    def time_backward(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[list[float]]:
-        """
-        Per layer: backward (weights + data) samples (us).
-        """
     def time_backward_pass(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
         """
         The whole backward pass (activation gradients zeroed first): samples (us).
         """
-    def time_forward(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[list[float]]:
+    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any) -> tuple[list[float], dict]:
         """
-        Per layer: forward samples (us), each layer alone.
+        Backward with every message sent beside it from its start: (span in us, max over ranks; the trace).
         """
     def time_forward_pass(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
         """
         The whole forward pass: samples (us).
         """
-    def time_h2d(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
-        ...
     def time_iteration(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], overlap: bool, algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, io: collections.abc.Callable | None, prefetch: bool, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.8999999761581421, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 9.999999747378752e-05) -> tuple[list[float], dict]:
         """
-        The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank).
+        The composed iteration: (samples in us, max over ranks; the last iteration's trace on this rank). No messages: the phases in sequence without communication (the isolated round).
         """
     def time_messages(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[list[float]]:
         """
         Per message (offset, count, ready_after): samples (us) of sending it alone, max over ranks.
         """
-    def time_update(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex, lr: typing.SupportsFloat | typing.SupportsIndex = 0.009999999776482582, momentum: typing.SupportsFloat | typing.SupportsIndex = 0.8999999761581421, weight_decay: typing.SupportsFloat | typing.SupportsIndex = 9.999999747378752e-05) -> list[float]:
-        ...
     @property
     def param_count(self) -> int:
         ...
