@@ -103,6 +103,7 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gdl-model-"))
     out.mkdir(parents=True, exist_ok=True)
+    (out / "dataset").mkdir(exist_ok=True)  # the JPEGs, generated once
     nets = args.nets.split(",")
     strategies = get_strategies(args.strategy)
     given = batches(args.batch, nets)
@@ -126,6 +127,7 @@ def main() -> None:
                 it_json = out / f"iteration-{ranks}-{net}-{rep}.json"
                 run(mpi + ["iteration", "--net", net, "--batch", str(batch), "--strategy", args.strategy,
                            "--iters", str(args.iters), "--warmup", "1", "--threads", str(threads),
+                           "--io-dir", str(out / "dataset"),
                            "--json", str(it_json), "--trace", str(out / f"trace-{ranks}-{net}-{rep}.json")])
                 it = json.loads(it_json.read_text())
                 pred: dict[str, dict] = {}

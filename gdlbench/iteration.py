@@ -19,7 +19,8 @@ How it measures, in rounds (A B A B, so that the machine's drift falls on both s
 - B: the composed iteration of every strategy: io on a prefetch thread (when the strategy
   prefetches), the messages on a communication thread (during backward for WFBP strategies, after
   it otherwise), then the update; every phase stamped on every rank (the trace).
-Each round's times are the max over ranks; the model reads the medians over rounds.
+A round's composed time is the max over ranks; its phases are the slowest rank's (whose backward
+ended last: the messages wait for it); the model reads the medians over rounds.
 """
 
 from __future__ import annotations
@@ -284,8 +285,10 @@ def _median_index(values: list[float]) -> int:
     return order[(len(order) - 1) // 2]
 
 
-def _rank_max(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    return {k: max(d[k] for d in per_rank) for k in per_rank[0]}
+def slowest(ranks: list[dict]) -> dict:
+    """Of one round's traces (one per rank), the rank whose backward ended last: the one the
+    messages, and so the iteration, wait for."""
+    return max(ranks, key=lambda t: t["backward_end_us"])
 
 
 class Iteration:
@@ -392,13 +395,13 @@ class Iteration:
         if reader:
             reader.close()
 
-        # The isolated phases: per round the max over ranks, then the medians over rounds.
-        iso_phases = [_rank_max([phase_times(t) for t in ranks]) for ranks in iso_traces]
-        iso_layers = [[layer_times(t) for t in ranks] for ranks in iso_traces]
+        # The isolated phases: per round the slowest rank's, then the medians over rounds.
+        iso_phases = [phase_times(slowest(ranks)) for ranks in iso_traces]
+        iso_layers = [layer_times(slowest(ranks)) for ranks in iso_traces]
         layers = []
         for i, spec in enumerate(specs):
-            fwd = [max(lt[0][i] for lt in ranks) for ranks in iso_layers]
-            bwd = [max(lt[1][i] for lt in ranks) for ranks in iso_layers]
+            fwd = [lt[0][i] for lt in iso_layers]
+            bwd = [lt[1][i] for lt in iso_layers]
             layers.append({"name": spec["name"], "type": spec["type"], "params": spec["params"],
                            "forward": Measurement(fwd, clock, "the layer's forward, inside the isolated round"),
                            "backward": Measurement(bwd, clock, "the layer's backward (weights + data), right after "
@@ -426,7 +429,7 @@ class Iteration:
                    for s in msg_samples[(tuple(mplan.messages), algo, servers)]]
             rounds = composed[k]
             samples = [s for s, _ in rounds]
-            inside_rounds = [_rank_max([phase_times(t) for t in ranks]) for _, ranks in rounds]
+            inside_rounds = [phase_times(slowest(ranks)) for _, ranks in rounds]
             inside = {ph: Measurement([p[ph] for p in inside_rounds], clock, f"{ph} inside the composed iteration")
                       for ph in inside_rounds[0]}
             executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here

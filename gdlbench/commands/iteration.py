@@ -92,7 +92,7 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
                 caption=f"clock: {clock}; the isolated round: one iteration without communication, every phase "
                         f"stamped; {it.iters} rounds (isolated, then composed), {it.warmup} warm-up iteration(s) "
-                        "before each; multi-rank times are max over ranks")
+                        "before each; multi-rank phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
     rows = strategy_rows(r)
@@ -107,7 +107,7 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                 PHASE_DIFF_COLUMNS,
                 [{"strategy": name} | {ph: v["diff_pct"] for ph, v in table.items()}
                  for name, table in r.phase_table().items()],
-                caption="(inside - alone) / alone, medians over the rounds, max over ranks; comm: the sum of the "
+                caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; comm: the sum of the "
                         "messages' times (alone: each message alone)")
     if r.contention:
         cs, ms = r.contention["compute_slowdown"], r.contention["comm_slowdown"]
