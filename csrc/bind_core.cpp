@@ -20,6 +20,12 @@ MPI_Comm get_comm(py::handle comm) {
   return *c;
 }
 
+py::object wrap_comm(MPI_Comm comm) {
+  PyObject* o = PyMPIComm_New(comm);
+  if (!o) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
 template <class T>
 static void fill_array(py::array a, uint64_t seed) {
   T* p = host_data<T>(a, "fill");

@@ -85,6 +85,44 @@ void bind_comm(py::module_& m) {
       py::arg("comm"), py::arg("array"), py::arg("op") = "sum", py::arg("algo") = "library", py::arg("servers") = 1,
       py::arg("dtype") = "", "In-place all-reduce of a numpy array over comm with the chosen algorithm.");
 
+  m.def("set_ranks_per_node", &comm::set_ranks_per_node, py::arg("ranks_per_node"),
+        "Group ranks into nodes of this many consecutive ranks (0: MPI_Comm_split_type shared memory).");
+  m.def("ranks_per_node_setting", &comm::ranks_per_node_setting, "The set_ranks_per_node value (0: MPI's split).");
+  m.def(
+      "topology",
+      [](py::object comm) {
+        MPI_Comm c = get_comm(comm);
+        comm::Topology t;
+        {
+          py::gil_scoped_release nogil;
+          t = comm::topology(c);
+        }
+        py::dict d;
+        d["nodes"] = t.nodes;
+        d["local_rank"] = t.local_rank;
+        d["local_size"] = t.local_size;
+        d["min_local"] = t.min_local;
+        d["max_local"] = t.max_local;
+        return d;
+      },
+      py::arg("comm"), "The node layout of comm as the hierarchical all-reduce sees it (collective on first use).");
+  m.def(
+      "level_comms",
+      [](py::object comm) {
+        MPI_Comm c = get_comm(comm), node = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+        {
+          py::gil_scoped_release nogil;
+          comm::level_comms(c, &node, &cross);
+        }
+        return py::make_tuple(wrap_comm(node), wrap_comm(cross));
+      },
+      py::arg("comm"),
+      "(node, cross): this rank's node and the same local rank on every node (COMM_NULL where it has no "
+      "shard), as the hierarchical all-reduce uses them; owned by comm, never free them.");
+  m.def("hier_variant", &comm::hier_variant, py::arg("bytes"),
+        "Which variant the hierarchical all-reduce runs for a buffer of this many bytes per rank.");
+  m.attr("HIER_LEADER_BELOW_BYTES") = comm::kHierLeaderBelowBytes;
+
   m.def(
       "reduce_time",
       [](std::size_t count, const std::string& dtype, const std::string& op, int warmup, int iters) {

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "bind_cuda.h"
+#include "comm/topology.h"
 #include "cuda/nccl.h"
 
 namespace py = pybind11;
@@ -33,15 +34,22 @@ void bind_cuda_nccl(py::module_& m) {
       "stream sync on the host steady clock; (samples_us max over ranks, wrong elements or -1).");
   m.def(
       "nccl_allreduce",
-      [](py::object comm, uintptr_t ptr, std::size_t count, const std::string& dtype, const std::string& op) {
+      [](py::object comm, uintptr_t ptr, std::size_t count, const std::string& dtype, const std::string& op,
+         const std::string& algo) {
         const auto t = comm::parse_dtype(dtype);
         const auto o = comm::parse_op(op);
+        GDL_REQUIRE(algo == "library" || algo == "hier", "nccl: algorithm '", algo, "' (library, hier)");
         MPI_Comm c = get_comm(comm);
         py::gil_scoped_release nogil;
-        cuda::nccl_allreduce(as_ptr(ptr), count, t, o, c);
+        if (algo == "hier") cuda::nccl_hier_allreduce(as_ptr(ptr), count, t, o, c);
+        else cuda::nccl_allreduce(as_ptr(ptr), count, t, o, c);
       },
       py::arg("comm"), py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
-      "In-place ncclAllReduce of count elements at a device pointer over the ranks of comm.");
+      py::arg("algo") = "library",
+      "In-place all-reduce of count elements at a device pointer over the ranks of comm: ncclAllReduce "
+      "(library) or the hierarchical one (hier: NCCL inside each node and across nodes).");
+  m.def("set_ranks_per_node", &comm::set_ranks_per_node, py::arg("ranks_per_node"),
+        "This module's copy of the node grouping (gdlbench.env.set_ranks_per_node sets both).");
 }
 
 }  // namespace gdl::bind

@@ -7,4 +7,6 @@
 
 namespace gdl::bind {
 MPI_Comm get_comm(pybind11::handle comm);
+// An mpi4py communicator object for a handle gdlbench keeps (it does not free it).
+pybind11::object wrap_comm(MPI_Comm comm);
 }  // namespace gdl::bind

@@ -47,8 +47,15 @@ def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: b
         p.add_argument(*(["-w"] if short_iters else []), "--warmup", type=int, default=5, help="untimed warm-up iterations (default 5)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU compute threads per rank (default: cores / ranks on the node)")
+    ranks_per_node_option(p)
     p.add_argument("--json", metavar="FILE", help="write the whole report as JSON (rank 0)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV (rank 0)")
+
+
+def ranks_per_node_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ranks-per-node", type=int, metavar="G",
+                   help="group ranks into nodes of G consecutive ranks, for layouts MPI cannot see "
+                        "(default: the nodes MPI_Comm_split_type shared memory finds)")
 
 
 def check_common(args: argparse.Namespace) -> None:
@@ -56,6 +63,8 @@ def check_common(args: argparse.Namespace) -> None:
         raise UsageError(f"--iters must be >= 1, got {args.iters}")
     if getattr(args, "warmup", 0) < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if getattr(args, "ranks_per_node", None) is not None and args.ranks_per_node < 1:
+        raise UsageError(f"--ranks-per-node must be >= 1, got {args.ranks_per_node}")
     if getattr(args, "threads", None) is not None and not 1 <= args.threads <= 1024:
         raise UsageError(f"--threads must be between 1 and 1024, got {args.threads}")
 
@@ -105,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rank, size = env.rank(), env.world().Get_size()
     env.local_ranks()  # a collective (cached): every rank takes part now, so rank 0 alone may ask later
+    env.set_ranks_per_node(getattr(args, "ranks_per_node", None))
+    from .report import set_table_context
+
+    set_table_context(env.shape(env.topology()))  # also a collective the first time: every rank
     warning = env.launcher_mismatch()
     if warning:
         print(warning, file=sys.stderr, flush=True)

@@ -21,7 +21,7 @@ from .measurement import Measurement
 from .units import parse_size
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
-ALGOS = ("library", "ring", "rd", "tree", "ps")
+ALGOS = ("library", "ring", "rd", "tree", "ps", "hier")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "max", "min")
 BACKENDS = ("mpi", "nccl")
@@ -78,6 +78,7 @@ class CollectiveResult:
     wrong: int | None = None
     root: int | None = None
     servers: int | None = None
+    variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
 
     @property
     def command(self) -> str:
@@ -108,6 +109,8 @@ class CollectiveResult:
             row["root"] = self.root
         if self.servers is not None:
             row["servers"] = self.servers
+        if self.variant is not None:
+            row["variant"] = self.variant
         row.update(self.measurement.stats())
         row["samples_us"] = list(self.measurement.samples_us)
         row.update(algbw_gbs=self.algbw_gbs, busbw_gbs=self.busbw_gbs, wrong=self.wrong)
@@ -201,7 +204,14 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     meas = Measurement(samples, "steady-clock", region(backend, (algo,)))
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
                             None if wrong < 0 else int(wrong), root if collective == "broadcast" else None,
-                            servers if algo == "ps" else None)
+                            servers if algo == "ps" else None, hier_variant(nbytes) if algo == "hier" else None)
+
+
+def hier_variant(size_bytes: int) -> str:
+    """The variant `--algo hier` runs at this size per rank: 'leader' (reduce to each node's
+    first rank, all-reduce among those, broadcast) below HIER_LEADER_BELOW_BYTES, else 'rs-ag'
+    (intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node all-gather)."""
+    return _core.hier_variant(int(size_bytes))
 
 
 def _modes(inplace: bool | None) -> tuple[bool, ...]:
@@ -229,7 +239,8 @@ def allreduce(sizes, dtype: str = "float32", op: str = "sum", algo: str = "libra
               servers: int = 1, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
               comm=None) -> list[CollectiveResult]:
     """All-reduce at each size (bytes per rank; ints or strings such as '64MB'). algo: library
-    (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks)."""
+    (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks), hier
+    (two levels: inside each node, then across nodes; env.topology says what a node is)."""
     return collective("allreduce", sizes, dtype, op, algo, backend, iters, warmup, check, inplace,
                       servers=servers, device=device, timeout=timeout, comm=comm)
 
@@ -285,6 +296,8 @@ FIT_FORMULAS = {
     "rd": "ceil(log2 N) (a + m b + m g)",
     "tree": "2 ceil(log2 N) (a + m b) + ceil(log2 N) m g",
     "ps": "2 (a + (N/P) m b) + (N/P) m g",
+    "hier": "2(N-1) a + 2(N-1)/N m b + (N-1)/N m g  (one level: its reduce-scatter + all-gather; "
+            "two levels: gdlbench.cluster)",
     "reduce_scatter": "ceil(log2 N) a + (N-1)/N m b + (N-1)/N m g  (m: total buffer)",
     "allgather": "ceil(log2 N) a + (N-1)/N m b  (m: total buffer)",
     "broadcast": "ceil(log2 N) (a + m b)  (binomial tree)",
@@ -304,6 +317,7 @@ def model_coefficients(algo: str, nranks: int, servers: int = 1) -> tuple[float,
         "rd": (lg, lg, lg),
         "tree": (2 * lg, 2 * lg, lg),
         "ps": (2.0, 2 * n / servers, n / servers),
+        "hier": (2 * (n - 1), 2 * f, f),
         "reduce_scatter": (lg, f, f),
         "allgather": (lg, f, 0.0),
         "broadcast": (lg, lg, 0.0),

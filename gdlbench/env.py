@@ -39,6 +39,38 @@ def _node_rank_and_size() -> tuple[int, int]:
         node.Free()
 
 
+def set_ranks_per_node(ranks_per_node: int | None) -> None:
+    """Group ranks into nodes of this many consecutive ranks (--ranks-per-node), for layouts MPI
+    cannot see; None or 0: the nodes MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) finds."""
+    g = ranks_per_node or 0
+    if isinstance(g, bool) or not isinstance(g, int) or g < 0:
+        raise UsageError(f"--ranks-per-node must be a positive integer, got {ranks_per_node!r}")
+    _core.set_ranks_per_node(g)
+    if _cuda is not None and hasattr(_cuda, "set_ranks_per_node"):
+        _cuda.set_ranks_per_node(g)  # its own copy, for the NCCL hierarchical all-reduce
+
+
+def topology(comm=None) -> dict:
+    """Nodes x ranks per node of comm (default the world): {"nodes", "ranks_per_node" (None when
+    nodes differ in size), "min_ranks_per_node", "max_ranks_per_node", "found_by", "shape"}.
+    Collective the first time on a communicator (cached on it)."""
+    t = _core.topology(comm or MPI.COMM_WORLD)
+    g = _core.ranks_per_node_setting()
+    return {"nodes": t["nodes"], "ranks_per_node": t["min_local"] if t["min_local"] == t["max_local"] else None,
+            "min_ranks_per_node": t["min_local"], "max_ranks_per_node": t["max_local"],
+            "found_by": f"--ranks-per-node {g} (blocks of consecutive ranks)" if g
+            else "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"}
+
+
+def shape(t: dict) -> str:
+    """'2 nodes x 2 ranks per node', or '2 nodes of 1-2 ranks' when they differ."""
+    nodes = f"{t['nodes']} node{'s' if t['nodes'] != 1 else ''}"
+    if t["ranks_per_node"] is not None:
+        per = t["ranks_per_node"]
+        return f"{nodes} x {per} rank{'s' if per != 1 else ''} per node"
+    return f"{nodes} of {t['min_ranks_per_node']}-{t['max_ranks_per_node']} ranks"
+
+
 def local_ranks() -> int:
     """Ranks of this job on this node: as the launcher says (hydra, Open MPI, MVAPICH), so that
     one rank may ask alone (a study's rank 0 writing its report); else the node split, a
@@ -69,10 +101,13 @@ def launcher_mismatch() -> str | None:
     for var in _LAUNCHER_SIZE_VARS:
         value = os.environ.get(var, "")
         if value.isdigit() and int(value) > 1 and size == 1:
+            advice = ("Under Slurm, start it with `srun --mpi=pmi2` (the mpich wheel speaks PMI2; "
+                      "srun's default may start no PMI at all)" if "SLURM_JOB_ID" in os.environ or
+                      var == "SLURM_NTASKS" else "Use the mpiexec of the venv gdlbench is installed in")
             return (
                 f"WARNING: the launcher started {value} processes ({var}={value}) but this MPI world has "
-                "1 rank: every process runs alone. Is gdlbench's MPI (the mpich wheel) the launcher's MPI? "
-                "Use the mpiexec of the venv gdlbench is installed in."
+                f"1 rank: every process runs alone. Is gdlbench's MPI (the mpich wheel) the launcher's MPI? "
+                f"{advice}."
             )
     return None
 
@@ -186,6 +221,7 @@ def collect() -> dict:
         "cpu_cores": usable_cores(),
         "world_size": MPI.COMM_WORLD.Get_size(),
         "local_ranks": local_ranks(),
+        "topology": topology() | {"shape": shape(topology())},
         "default_threads": default_threads(),
         "cuda_backend": "built" if _cuda is not None else "not available",
         "devices": [{"index": 0, "kind": "cpu", "name": _cpu_model(), "cores": usable_cores()}],

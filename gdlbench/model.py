@@ -64,6 +64,7 @@ _ALIASES = {
     "ring": "ring", "recursive_doubling": "recursive_doubling", "recursive-doubling": "recursive_doubling",
     "rd": "recursive_doubling", "doubling": "recursive_doubling", "tree": "tree", "binomial": "tree",
     "binomial_tree": "tree", "binomial-tree": "tree", "ps": "ps", "parameter_server": "ps",
+    "hier": "hier", "hierarchical": "hier",
 }
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm")
 
@@ -115,7 +116,7 @@ def ps_us(m: float, n: int, servers: int, alpha_us: float, beta_us_per_byte: flo
 def normalise_algo(algo: str) -> str:
     key = str(algo).strip().lower()
     if key not in _ALIASES:
-        raise UsageError(f"--algo: unknown algorithm {algo!r} (ring, recursive_doubling, tree, ps)")
+        raise UsageError(f"--algo: unknown algorithm {algo!r} (ring, recursive_doubling, tree, ps, hier)")
     return _ALIASES[key]
 
 
@@ -129,6 +130,8 @@ def comm_time_us(algo: str, m: float, n: int, alpha_us: float, beta_us_per_byte:
         return recursive_doubling_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
     if algo == "tree":
         return tree_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
+    if algo == "hier":  # on one level of links: its reduce-scatter + all-gather, as a ring (gdlbench.cluster: two)
+        return ring_allreduce_us(m, n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
     return ps_us(m, n, servers or n, alpha_us, beta_us_per_byte, gamma_us_per_byte)
 
 
@@ -180,8 +183,18 @@ class CommModel:
         return cls(algo, alpha_us, 1e6 / (gbs * 1e9), gamma, source)
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
+        return self.allreduce_us(self.formula, m, n, servers)
+
+    # What predict_iteration asks of a communication model (gdlbench.cluster.Cluster answers the same).
+    def allreduce_us(self, algo: str, m: float, n: int, servers: int | None = None) -> float:
         a, b = self.params_for(m)
-        return comm_time_us(self.formula, m, n, a, b, self.gamma_us_per_byte, servers)
+        return comm_time_us(algo, m, n, a, b, self.gamma_us_per_byte, servers)
+
+    def push_us(self, m: float, n: int, servers: int) -> float:
+        return ps_push_us(m, n, servers, *self.params_for(m), self.gamma_us_per_byte)
+
+    def pull_us(self, m: float, n: int, servers: int) -> float:
+        return ps_pull_us(m, n, servers, *self.params_for(m))
 
     def to_dict(self) -> dict:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
@@ -574,7 +587,7 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
             for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes)]
 
 
-def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None, strategy: Strategy,
+def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                       workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
                       pull_costs_us: Sequence[float] | None = None) -> Prediction:
     """The model's iteration time for `strategy` on `workers` workers (module docstring).
@@ -611,16 +624,16 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
         costs = [float(c) for c in message_costs_us]
         if strategy.collective == "ps" and strategy.ps_pull == "after_push":
             after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
-                                [ps_pull_us(m, n, servers, *comm.params_for(m)) for m in sizes])
+                                [comm.pull_us(m, n, servers) for m in sizes])
     elif strategy.collective == "ps":
         if strategy.ps_pull == "after_push":
-            costs = [ps_push_us(m, n, servers, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
-            after_push_pulls = [ps_pull_us(m, n, servers, *comm.params_for(m)) for m in sizes]
+            costs = [comm.push_us(m, n, servers) for m in sizes]
+            after_push_pulls = [comm.pull_us(m, n, servers) for m in sizes]
         else:
-            costs = [ps_us(m, n, servers, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
+            costs = [comm.push_us(m, n, servers) + comm.pull_us(m, n, servers) for m in sizes]
     else:
         algo = strategy.algo or comm.formula
-        costs = [comm_time_us(algo, m, n, *comm.params_for(m), comm.gamma_us_per_byte) for m in sizes]
+        costs = [comm.allreduce_us(algo, m, n) for m in sizes]
     compute_slowdown, comm_slowdown = phases.slowdowns()
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
     backward_end = layer_ends[-1] if layer_ends else 0.0
@@ -682,7 +695,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | None
                       comm_exposed, t_u, messages, tl)
 
 
-def predict_scaling(net: Network | str, phases: Phases, comm: CommModel, strategies: Iterable[Strategy],
+def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
                     workers: Sequence[int], dtype_bytes: int = 4) -> list[dict]:
     """Rows per (strategy, N): t_iter_us, images_per_s, speedup S(N) = N t(1)/t(N), efficiency S/N,
     and the exposed phases. t(1) is the same strategy on one worker (no communication)."""

@@ -136,6 +136,15 @@ def stdout_console() -> Console:
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
 
 
+_table_context = ""
+
+
+def set_table_context(text: str) -> None:
+    """What every table's title ends with: the run's nodes x ranks per node."""
+    global _table_context
+    _table_context = text
+
+
 def _noise_flag(key: str) -> str | None:
     """The row key that says whether a headline time column is noisy: time_us -> noisy,
     in_time_us -> in_noisy (Measurement.stats' names)."""
@@ -162,6 +171,8 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, 
         cells.append(line)
     if marked:
         caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
+    if _table_context:
+        title = f"{title} [{_table_context}]"
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right

@@ -14,7 +14,8 @@ Algo parse_algo(const std::string& s) {
   if (s == "rd") return Algo::rd;
   if (s == "tree") return Algo::tree;
   if (s == "ps") return Algo::ps;
-  GDL_REQUIRE(false, "unknown algorithm '", s, "' (library, ring, rd, tree, ps)");
+  if (s == "hier") return Algo::hier;
+  GDL_REQUIRE(false, "unknown algorithm '", s, "' (library, ring, rd, tree, ps, hier)");
   return Algo::library;
 }
 
@@ -25,18 +26,10 @@ const char* algo_name(Algo a) {
     case Algo::rd: return "rd";
     case Algo::tree: return "tree";
     case Algo::ps: return "ps";
+    case Algo::hier: return "hier";
   }
   return "?";
 }
-
-static void mpi_check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  GDL_FAIL(what, ": ", std::string(msg, len));
-}
-#define GDL_MPI(call) mpi_check((call), #call)
 
 // --- datatypes and ops ---------------------------------------------------------------------
 template <bool BF16, Op O>
@@ -86,6 +79,16 @@ MPI_Op mpi_op(DType t, Op op) {
     case Op::min: return MPI_MIN;
   }
   return MPI_SUM;
+}
+
+char* scratch(std::size_t bytes) {
+  thread_local std::vector<char> buf;
+  if (buf.size() < bytes) {
+    buf.clear();
+    buf.shrink_to_fit();
+    buf.resize(bytes);  // value-initialised: the pages are touched here, once
+  }
+  return buf.data();
 }
 
 // --- point-to-point helpers (bytes; messages above 1 GiB go in pieces) ---------------------------
@@ -159,25 +162,7 @@ void waitall(std::vector<MPI_Request>& reqs) {
   reqs.clear();
 }
 
-// Block c of n blocks of count elements: the first count % n blocks hold one element more.
-struct Block {
-  std::size_t offset, count;
-};
-Block block(std::size_t count, int n, int c) {
-  const std::size_t q = count / n, rem = count % n, uc = static_cast<std::size_t>(c);
-  return {uc * q + std::min(uc, rem), q + (uc < rem ? 1 : 0)};
-}
 
-// Scratch buffer reused across calls by the calling thread (no allocation in steady state).
-char* scratch(std::size_t bytes) {
-  thread_local std::vector<char> buf;
-  if (buf.size() < bytes) {
-    buf.clear();
-    buf.shrink_to_fit();
-    buf.resize(bytes);  // value-initialised: the pages are touched here, once
-  }
-  return buf.data();
-}
 
 // --- the algorithms (in place) -------------------------------------------------------------
 void ring(char* buf, std::size_t count, DType t, Op op, MPI_Comm comm, int rank, int n) {
@@ -320,6 +305,7 @@ void allreduce(Algo algo, void* buf, std::size_t count, DType dtype, Op op, MPI_
     case Algo::rd: return recursive_doubling(b, count, dtype, op, comm, rank, n);
     case Algo::tree: return binomial_tree(b, count, dtype, op, comm, rank, n);
     case Algo::ps: return parameter_server(b, count, dtype, op, comm, rank, n, opt.servers);
+    case Algo::hier: return hier_allreduce(b, count, dtype, op, comm);
     case Algo::library: break;
   }
 }

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/mpi_check.h"
+#include "comm/topology.h"
 #include "comm/types.h"
 
 namespace gdl::comm {
@@ -23,6 +25,8 @@ enum class Algo {
   rd,       // recursive doubling; N not a power of two: the extra ranks fold into a partner first
   tree,     // binomial-tree reduce to rank 0, then binomial-tree broadcast
   ps,       // parameter server: ranks 0..P-1 each own 1/P of the buffer; push, reduce, pull
+  hier,     // two levels (comm/hier.cpp): intra-node reduce-scatter, inter-node all-reduce of each
+            // shard, intra-node all-gather; below kHierLeaderBelowBytes node leaders do it instead
 };
 Algo parse_algo(const std::string& s);
 const char* algo_name(Algo a);
@@ -54,6 +58,21 @@ void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm com
 // bfloat16 a contiguous 2-byte type and user-defined ops that widen to float, reduce and round.
 MPI_Datatype mpi_datatype(DType t);
 MPI_Op mpi_op(DType t, Op op);
+
+// A scratch buffer reused across calls by the calling thread (no allocation in steady state).
+char* scratch(std::size_t bytes);
+
+// Block c of n blocks of count elements: the first count % n blocks hold one element more.
+struct Block {
+  std::size_t offset, count;
+};
+inline Block block(std::size_t count, int n, int c) {
+  const std::size_t q = count / n, rem = count % n, uc = static_cast<std::size_t>(c);
+  return {uc * q + (uc < rem ? uc : rem), q + (uc < rem ? 1 : 0)};
+}
+
+// --- the hierarchical all-reduce (comm/hier.cpp; the node layout: comm/topology.h) -----------
+void hier_allreduce(void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm);
 
 // --- benchmarking --------------------------------------------------------------------------
 enum class Collective { allreduce, reduce_scatter, allgather, broadcast };

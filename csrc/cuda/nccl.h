@@ -20,6 +20,9 @@ ncclRedOp_t nccl_op(comm::Op op);
 
 // In place, on the process's stream (default_stream()), synchronised before returning.
 void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm);
+// The hierarchical all-reduce (cuda/nccl_hier.cu): NCCL inside each node, NCCL across nodes on
+// 1/G of the buffer (below comm::kHierLeaderBelowBytes through the node leaders). In place, synchronised.
+void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm);
 
 struct NcclBenchResult {
   std::vector<double> samples_us;  // per iteration, the max over ranks

@@ -55,7 +55,10 @@ def make(collective: str):
         if collective == "allreduce":
             p.add_argument("--algo", default="library",
                            help="library (MPI_Allreduce / ncclAllReduce), ring, rd (recursive doubling), tree "
-                                "(binomial reduce + broadcast), ps (parameter server); a comma list or all")
+                                "(binomial reduce + broadcast), ps (parameter server), hier (two levels: "
+                                "intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node "
+                                "all-gather; below 64 KiB the node leaders' reduce/all-reduce/broadcast; the "
+                                "algo column says which ran); a comma list or all")
             p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
             p.add_argument("--fit", action="store_true",
                            help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
@@ -198,12 +201,18 @@ def _columns(collective: str, modes: tuple[bool, ...], many_algos: bool) -> list
     return cols
 
 
+def _algo_label(r: C.CollectiveResult) -> str:
+    if r.algo == "ps":
+        return f"ps(P={r.servers})"
+    return f"hier({r.variant})" if r.variant else r.algo
+
+
 def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
     merged: dict[tuple, dict] = {}
     for r in results:
         key = (r.size_bytes, r.dtype, r.op, r.algo)
         row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
-                                      "algo": r.algo if r.algo != "ps" else f"ps(P={r.servers})", "root": r.root})
+                                      "algo": _algo_label(r), "root": r.root})
         tag = "in" if r.inplace else "out"
         row.update({f"{tag}_time_us": r.time_us, f"{tag}_noisy": r.measurement.noisy,
                     f"{tag}_time_us_p95": r.measurement.p95,
@@ -241,8 +250,11 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
 
     fits: list[C.AlphaBetaFit] = []
     gamma_note = None
+    levels = None
     if plan["fit"]:
         fits, gamma_note = _fit(results, plan, comm)
+        if collective == "allreduce" and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
+            levels = _fit_levels(args, plan, comm, results, fits, progress)
 
     wrong_rows = sum(1 for r in results if r.wrong)
     region = C.region(plan["backend"], plan["algos"])
@@ -271,10 +283,13 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
         summary={"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
                  "rows_with_wrong": wrong_rows if args.check else None,
                  "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
-                 **({"fit": [f.to_dict() for f in fits]} if plan["fit"] else {})},
+                 **({"fit": [f.to_dict() for f in fits]} if plan["fit"] and not levels else {}),
+                 **({"fit": {"whole": [f.to_dict() for f in fits], "levels": levels}} if levels else {})},
         notes=notes, comm=comm).report()
     if is_root:
         _print(collective, args, plan, results, fits, report, nranks)
+        if levels:
+            _print_levels(levels)
         report.write(plan["json"], plan["csv"])
     if wrong_rows:
         if not is_root:
@@ -302,6 +317,111 @@ def _fit(results, plan, comm):
     else:
         fits = C.fit_results(results, min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])
     return fits, gamma_note
+
+
+def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
+    """The two-level fit: the same sweep (library all-reduce, first dtype and op, in place if
+    asked) on every node's ranks at once (intra), then among the first rank of each node alone
+    (inter: the link with nobody else on it; the model adds the sharing when several ranks of a
+    node cross at once), each fitted on its own; then the whole communicator's rows priced by the
+    two-level model (gdlbench.cluster) beside the flat one-level model (the whole communicator's
+    library fit for every pair of ranks)."""
+    from .. import cluster
+
+    node, cross = C._core.level_comms(comm)
+    topo = env.topology(comm)
+    dtype, op = plan["dtypes"][0], plan["ops"][0]
+    mode = True if True in plan["modes"] else plan["modes"][0]
+    gamma = next((f.gamma_us_per_byte for f in fits if f.gamma_us_per_byte is not None), None)
+    out: dict = {}
+    for level, sub in (("intra", node), ("inter", cross)):
+        active = sub != C.MPI.COMM_NULL and (level == "intra" or C._core.topology(comm)["local_rank"] == 0)
+        rows = []
+        if active and sub.Get_size() > 1:
+            for size in plan["sizes"]:
+                r = C.run_one("allreduce", size, dtype, op, "library", "mpi", mode, iters=args.iters,
+                              warmup=args.warmup, check=args.check, timeout=args.timeout,
+                              rotate_bytes=plan["rotate"], comm=sub)
+                rows.append(r)
+                progress.step(f"{level}-node level: {r.size_bytes} B: {r.time_us:.1f} us")
+        comm.Barrier()
+        if env.rank() != 0:
+            continue
+        if not rows:
+            out[level] = None
+            continue
+        fit = C.fit_results(rows, gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
+                            min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])[0]
+        out[level] = fit.to_dict() | {
+            "ranks": rows[0].nranks,
+            "measured_on": ("every node's ranks at once (MPI_Comm_split_type or --ranks-per-node)" if level == "intra"
+                            else "the first rank of every node, the others idle"),
+            "wrong": sum(r.wrong or 0 for r in rows)}
+    if env.rank() != 0:
+        return {}
+    if not out.get("inter"):
+        return {}
+    per_node = topo["ranks_per_node"] or topo["min_ranks_per_node"]
+    model = cluster.from_fit_levels(out, topo["nodes"], per_node, "this run's two-level fit")
+    flat = next((f for f in fits if f.algo == "library"), fits[0] if fits else None)
+    points = []
+    for r in results:
+        if r.dtype != dtype or r.op != op or r.algo not in ("library", "ring", "hier", "rd", "tree"):
+            continue
+        two = model.time_us(r.algo, r.size_bytes, r.nranks)
+        one = cluster.one_level_us(r.algo, r.size_bytes, r.nranks, *flat.params_for(r.size_bytes),
+                                   flat.gamma_us_per_byte or 0.0) if flat else None
+        points.append({"algo": r.algo, "size_bytes": r.size_bytes, "inplace": r.inplace, "measured_us": r.time_us,
+                       "two_level_us": two, "two_level_error": (two - r.time_us) / r.time_us,
+                       "flat_us": one, "flat_error": None if one is None else (one - r.time_us) / r.time_us})
+    out["model_check"] = {
+        "cluster": model.to_dict(), "flat_model": f"the whole communicator's {flat.algo} fit for every pair" if flat
+        else None, "points": points, "median_abs_error_64k": _median_errors(points)}
+    return out
+
+
+def _median_errors(points: list[dict]) -> dict:
+    import statistics
+
+    out = {}
+    for algo in dict.fromkeys(p["algo"] for p in points):
+        sel = [p for p in points if p["algo"] == algo and p["size_bytes"] >= 65536]
+        if sel:
+            out[algo] = {"two_level": statistics.median(abs(p["two_level_error"]) for p in sel),
+                         "flat": statistics.median(abs(p["flat_error"]) for p in sel)
+                         if all(p["flat_error"] is not None for p in sel) else None}
+    return out
+
+
+def _print_levels(levels: dict) -> None:
+    rows = []
+    for level in ("intra", "inter"):
+        f = levels.get(level)
+        if not f:
+            continue
+        rows.append({"level": level, "ranks": f["ranks"], "alpha": f["alpha_us"], "link": f["link_gbs"],
+                     "err64": None if f["median_rel_error_64k"] is None else 100 * f["median_rel_error_64k"],
+                     "wrong": f["wrong"], "on": f["measured_on"]})
+    print_table("two-level fit (library all-reduce on each level's sub-communicator)",
+                [Column("level", "level"), Column("ranks", "ranks"), Column("alpha (us)", "alpha", fmt_float(2)),
+                 Column("1/beta (GB/s)", "link", fmt_float(3)),
+                 Column("median err % (>= 64 KiB)", "err64", fmt_float(1)), Column("#wrong", "wrong"),
+                 Column("measured on", "on")], rows)
+    check = levels.get("model_check")
+    if not check:
+        return
+    pts = [p | {"two_pct": 100 * p["two_level_error"],
+                "flat_pct": None if p["flat_error"] is None else 100 * p["flat_error"],
+                "mode": "in" if p["inplace"] else "out"} for p in check["points"]]
+    print_table("the whole communicator: two-level model vs flat one-level model",
+                [Column("algo", "algo"), Column("mode", "mode"), Column("size (B)", "size_bytes"),
+                 Column("measured (us)", "measured_us", fmt_float(1)),
+                 Column("two-level (us)", "two_level_us", fmt_float(1)), Column("error %", "two_pct", fmt_float(1)),
+                 Column("flat (us)", "flat_us", fmt_float(1)), Column("flat error %", "flat_pct", fmt_float(1))],
+                pts, caption=f"flat: {check['flat_model']}")
+    for algo, e in check["median_abs_error_64k"].items():
+        flat = "n/a" if e["flat"] is None else f"{100 * e['flat']:.1f} %"
+        print(f"# {algo}: median |error| >= 64 KiB: two-level {100 * e['two_level']:.1f} %, flat {flat}")
 
 
 def _print(collective, args, plan, results, fits, report, nranks):

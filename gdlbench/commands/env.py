@@ -7,11 +7,13 @@ import argparse
 from rich.table import Table
 
 from .. import env
+from ..cli import ranks_per_node_option
 from ..report import OutputFile, Report, stdout_console
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", metavar="FILE", help="write the environment as JSON")
+    ranks_per_node_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,12 +21,14 @@ def run(args: argparse.Namespace) -> int:
     info = env.collect()
     if env.rank() != 0:
         return 0
-    table = Table(title="gdlbench env", show_header=False, title_justify="left")
+    table = Table(title=f"gdlbench env [{info['topology']['shape']}]", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
     table.add_column("value")
     for key, value in info.items():
         if key == "devices":
             continue
+        if key == "topology":
+            value = f"{value['shape']} (found by {value['found_by']})"
         if value is not None:
             table.add_row(key, str(value))
     for d in info["devices"]:

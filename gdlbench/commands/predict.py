@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from rich.markup import escape
 
-from .. import env
+from .. import cluster, env
 from ..errors import UsageError
 from ..model import (
     CommModel,
@@ -44,7 +44,8 @@ COLUMNS = [
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--net", help="network: a built-in name or a .json/.py spec (default: the phases' net)")
-    p.add_argument("--workers", default=DEFAULT_WORKERS, help=f"worker counts N (default {DEFAULT_WORKERS})")
+    p.add_argument("--workers", help=f"worker counts N (default {DEFAULT_WORKERS}; with --nodes: 1, G, 2G, "
+                                     "4G, ... up to the cluster)")
     p.add_argument("--strategy", default="all",
                    help="a preset, a comma-separated list, a strategy .json file, or all (default)")
     p.add_argument("--phases", metavar="FILE",
@@ -60,6 +61,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
     p.add_argument("--bandwidth", type=float, metavar="GBS", help="link bandwidth in GB/s (instead of --beta)")
     p.add_argument("--gamma", type=float, help="reduction time per byte, microseconds per byte (default 0)")
+    g = p.add_argument_group("a two-level cluster (nodes of G workers; instead of --from/--alpha)")
+    g.add_argument("--cluster", metavar="FILE",
+                   help="a cluster file ({\"nodes\": 4, \"per_node\": 8, \"intra\": \"nvlink4\", \"inter\": "
+                        "\"ib-hdr\"}; a link is a preset or {\"alpha_us\", \"gbs\"}), or the --json report of "
+                        "`allreduce --fit` run on several nodes (its measured two-level fit)")
+    g.add_argument("--nodes", type=int, help="nodes in the cluster (with --per-node, --intra, --inter)")
+    g.add_argument("--per-node", type=int, metavar="G", help="workers per node")
+    g.add_argument("--intra", metavar="LINK", help=f"intra-node link: a preset ({', '.join(cluster.LINKS)}) or "
+                                                    "ALPHA_US:GBS")
+    g.add_argument("--inter", metavar="LINK", help="inter-node link: a preset or ALPHA_US:GBS")
+    g.add_argument("--links-per-node", type=int, help="inter-node links (NICs) per node, shared by its workers "
+                                                      "(default 1)")
+    g.add_argument("--list-links", action="store_true", help="print the link presets and their sources, and exit")
     p.add_argument("--bucket", help="fusion bucket size for the presets that fuse, e.g. 25MiB")
     p.add_argument("--servers", type=int, help="parameter servers P (default: P = N)")
     p.add_argument("--plot", metavar="FILE.png", help="scaling curve per strategy (needs gdlbench[plot])")
@@ -112,6 +126,62 @@ def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_
                      "or --from a saved `gdlbench allreduce --json` file")
 
 
+def _link_arg(text: str, level: str) -> cluster.Link:
+    if ":" in text:
+        try:
+            alpha, gbs = (float(x) for x in text.split(":", 1))
+        except ValueError:
+            raise UsageError(f"--{level}: expected a preset name or ALPHA_US:GBS, got {text!r}") from None
+        return cluster.link({"name": text, "alpha_us": alpha, "gbs": gbs, "source": "command line"}, f"--{level}")
+    return cluster.link(text, f"--{level}")
+
+
+def cluster_from_args(args: argparse.Namespace) -> cluster.Cluster | None:
+    """The two-level cluster of --cluster, or of --per-node/--intra/--inter; None when neither."""
+    shape = [o for o in ("nodes", "per_node", "intra", "inter", "links_per_node") if getattr(args, o) is not None]
+    if not args.cluster and not shape:
+        return None
+    if args.from_file or args.alpha is not None or args.beta is not None or args.bandwidth is not None:
+        raise UsageError("give a cluster (--cluster, or --per-node/--intra/--inter) or --from/--alpha, not both")
+    if args.cluster:
+        if shape:
+            raise UsageError(f"--cluster FILE holds the shape and links; drop --{shape[0].replace('_', '-')}")
+        c = cluster.load_cluster(args.cluster)
+    else:
+        missing = [o for o in ("per_node", "intra", "inter") if getattr(args, o) is None]
+        if missing:
+            raise UsageError(f"a cluster needs --per-node, --intra and --inter (missing --{missing[0].replace('_', '-')})")
+        c = cluster.Cluster(args.per_node, _link_arg(args.intra, "intra"), _link_arg(args.inter, "inter"),
+                            args.links_per_node or 1, args.nodes, source="command line")
+    if args.algo:
+        key = args.algo.strip().lower()
+        algo = "library" if key in ("library", "mpi") else normalise_algo(key)
+        if algo == "ps":
+            raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
+        from dataclasses import replace
+
+        c = replace(c, algo={"recursive_doubling": "rd"}.get(algo, algo))
+    return c
+
+
+def _cluster_workers(c: cluster.Cluster) -> list[int]:
+    """1, G, 2G, 4G, ... up to the cluster's nodes (and the whole cluster)."""
+    out, k = [1, c.per_node], 2
+    while c.nodes and k < c.nodes:
+        out.append(k * c.per_node)
+        k *= 2
+    if c.nodes:
+        out.append(c.nodes * c.per_node)
+    return sorted(set(out))
+
+
+def _print_links() -> None:
+    rows = [{"name": k, "gbs": v.gbs, "alpha": v.alpha_us, "source": v.source} for k, v in cluster.LINKS.items()]
+    print_table("link presets (bandwidth per direction, 1e9 B/s)",
+                [Column("preset", "name"), Column("GB/s", "gbs", fmt_float(3)), Column("alpha (us)", "alpha"),
+                 Column("source", "source")], rows)
+
+
 def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
     """The phases of one serial iteration measured here, on this rank's device and threads."""
     import sys
@@ -129,7 +199,13 @@ def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
 
 
 def run(args: argparse.Namespace) -> int:
-    workers = parse_int_list(args.workers, "--workers")
+    if args.list_links:
+        if env.rank() == 0:
+            _print_links()
+        return 0
+    two_level = cluster_from_args(args)
+    workers = parse_int_list(args.workers or (",".join(map(str, _cluster_workers(two_level)))
+                                              if two_level and two_level.nodes else DEFAULT_WORKERS), "--workers")
     if max(workers) > 1_000_000:
         raise UsageError(f"--workers: at most 1,000,000, got {max(workers)}")
     if not args.phases and not args.net:
@@ -178,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--phases {args.phases}: layers not in {net.name}: {', '.join(unknown[:5])}"
                          + (" ..." if len(unknown) > 5 else ""))
     summary_fit = doc.get("summary", {}).get("fit") if isinstance(doc.get("summary"), dict) else None
-    comm = comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None)
+    comm = two_level or comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None)
 
     rows = predict_scaling(net, phases, comm, strategies, workers)
     is_root = env.rank() == 0
@@ -197,17 +273,26 @@ def run(args: argparse.Namespace) -> int:
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
                     rows=rows, summary=summary,
                     notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
-                    + ([comm.note] if comm.note else []))
+                    + ([comm.note] if getattr(comm, "note", "") else [])
+                    + ([f"{lv} link {k.name}: {k.source}" for lv, k in (("intra-node", two_level.intra),
+                                                                        ("inter-node", two_level.inter))]
+                       if two_level else []))
     if not is_root:
         return 0
     caption = (f"{net.name}, batch {phases.batch} per worker; phases from {phases.source} "
                f"(t_f {phases.forward_us / 1e3:.2f} ms, t_b {phases.backward_us / 1e3:.2f} ms, "
                f"t_io {phases.io_us / 1e3:.2f}, t_h2d {phases.h2d_us / 1e3:.2f}, t_u {phases.update_us / 1e3:.2f} ms); "
-               f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
-               f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); "
-               f"gradients {net.param_bytes():,} B fp32; speedup = N t(1)/t(N); images/s in total")
+               + (f"comm: two-level cluster, {two_level.describe()}, algorithm {two_level.algo} unless the strategy "
+                  f"names one ({two_level.source}); " if two_level else
+                  f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
+                  f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); ")
+               + f"gradients {net.param_bytes():,} B fp32; speedup = N t(1)/t(N); images/s in total")
     print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption)
     console = stdout_console()
+    if two_level:
+        for level, k in (("intra-node", two_level.intra), ("inter-node", two_level.inter)):
+            console.print(f"{level} link {escape(k.name)}: {k.gbs:.4g} GB/s, alpha {k.alpha_us:.3g} us. "
+                          f"[dim]Source: {escape(k.source)}[/dim]", highlight=False)
     console.print("strategies (stated assumptions, not exact reproductions of the frameworks):", highlight=False)
     for s in strategies:
         console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "

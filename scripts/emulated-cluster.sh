@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine: one network namespace per node, every node joined to a
+# switch (a bridge in a namespace of its own) by a veth pair, and a tc token bucket on both ends
+# of each pair as the inter-node link. The command runs under mpiexec with G ranks per node,
+# each rank started inside its node's namespace, MPICH told to cross the veths over TCP (its OFI
+# netmod) and to see each namespace's ranks as one node (cliques).
+#
+#   scripts/emulated-cluster.sh [--nodes 2] [--per-node 1] [--rate 1gbit] [--delay 1ms] \
+#       [--mpiexec PATH] [--keep-env] -- COMMAND [ARGS...]
+#
+# Needs root, iproute2 (ip, tc) and the mpich wheel's mpiexec (default: the mpiexec beside the
+# python3 on PATH, else `mpiexec`). Everything it creates (namespaces, and with them the veths,
+# the bridge and the qdiscs) is named gdl<pid>..., and removed when it exits, also on failure or
+# interrupt. Addresses: 10.213.0.<node+1>/24, only inside the namespaces it made. The ranks of a
+# node share the machine's cores with the other nodes' ranks: with more ranks than cores the
+# layout is oversubscribed (say so next to any figure). Exit status: the command's.
+set -euo pipefail
+
+nodes=2
+per_node=1
+rate=1gbit
+delay=""
+mpiexec=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) nodes=$2; shift 2 ;;
+    --per-node) per_node=$2; shift 2 ;;
+    --rate) rate=$2; shift 2 ;;
+    --delay) delay=$2; shift 2 ;;
+    --mpiexec) mpiexec=$2; shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "emulated-cluster: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "emulated-cluster: no command given (... -- COMMAND ARGS)" >&2; exit 2; }
+[[ "$nodes" =~ ^[0-9]+$ ]] && [ "$nodes" -ge 2 ] && [ "$nodes" -le 64 ] \
+  || { echo "emulated-cluster: --nodes must be an integer from 2 to 64, got $nodes" >&2; exit 2; }
+[[ "$per_node" =~ ^[0-9]+$ ]] && [ "$per_node" -ge 1 ] \
+  || { echo "emulated-cluster: --per-node must be a positive integer, got $per_node" >&2; exit 2; }
+[[ "$rate" =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]] \
+  || { echo "emulated-cluster: --rate must look like 1gbit, 10gbit, 500mbit; got $rate" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "emulated-cluster: needs root (network namespaces)" >&2; exit 2; }
+command -v ip >/dev/null && command -v tc >/dev/null \
+  || { echo "emulated-cluster: needs iproute2 (ip and tc)" >&2; exit 2; }
+if [ -z "$mpiexec" ]; then
+  mpiexec=$(dirname "$(command -v python3)")/mpiexec
+  [ -x "$mpiexec" ] || mpiexec=$(command -v mpiexec || true)
+fi
+[ -x "$mpiexec" ] || { echo "emulated-cluster: no mpiexec found (give --mpiexec PATH)" >&2; exit 2; }
+
+tag="gdl$$"
+made=()
+cleanup() {
+  local ns
+  for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The link: a token bucket (rate; burst and queue as BUILD-NOTES checked them), behind a netem
+# delay when --delay is given. Applied on both ends of a node's veth: node->switch, switch->node.
+shape() {  # namespace device
+  if [ -n "$delay" ]; then
+    tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$delay" 2>/dev/null \
+      || { echo "emulated-cluster: --delay needs the kernel's netem qdisc, which this kernel lacks" >&2; exit 2; }
+    tc -n "$1" qdisc add dev "$2" parent 1:1 handle 10: tbf rate "$rate" burst 256kb latency 50ms
+  else
+    tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst 256kb latency 50ms
+  fi
+}
+
+sw="${tag}sw"
+ip netns add "$sw"; made+=("$sw")
+ip -n "$sw" link add br0 type bridge
+ip -n "$sw" link set br0 up
+for ((i = 0; i < nodes; i++)); do
+  ns="${tag}n$i"
+  ip netns add "$ns"; made+=("$ns")
+  ip link add "${tag}v$i" type veth peer name "${tag}s$i"
+  ip link set "${tag}v$i" netns "$ns"
+  ip link set "${tag}s$i" netns "$sw"
+  ip -n "$sw" link set "${tag}s$i" master br0
+  ip -n "$sw" link set "${tag}s$i" up
+  ip -n "$ns" addr add "10.213.0.$((i + 1))/24" dev "${tag}v$i"
+  ip -n "$ns" link set "${tag}v$i" up
+  ip -n "$ns" link set lo up
+  shape "$ns" "${tag}v$i"
+  shape "$sw" "${tag}s$i"
+done
+
+opts=(MPIR_CVAR_NUM_CLIQUES="$nodes" MPIR_CVAR_CLIQUES_BY_BLOCK=1 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp)
+cmd=()
+for ((i = 0; i < nodes; i++)); do
+  [ $i -eq 0 ] || cmd+=(":")
+  cmd+=(-n "$per_node" env "${opts[@]}" FI_TCP_IFACE="${tag}v$i" ip netns exec "${tag}n$i" "$@")
+done
+echo "emulated-cluster: $nodes nodes x $per_node ranks, inter-node link $rate${delay:+ + $delay delay}" \
+     "(veth + tc tbf), $(nproc) cores for $((nodes * per_node)) ranks" >&2
+# In the background so that a signal to this script is handled at once (bash runs traps only
+# between foreground commands): the trap stops mpiexec, and the EXIT trap removes the namespaces.
+"$mpiexec" "${cmd[@]}" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 130' INT
+trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
+set +e
+wait "$child"
+rc=$?
+set -e
+exit $rc
