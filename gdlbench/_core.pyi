@@ -102,6 +102,10 @@ def gemm_time(a: numpy.ndarray, b: numpy.ndarray, c: numpy.ndarray, trans_a: boo
     """
     Time c = op(a) @ op(b) with OpenBLAS: one host steady-clock sample (us) per iteration.
     """
+def hier_variant(bytes: typing.SupportsInt | typing.SupportsIndex) -> str:
+    """
+    Which variant the hierarchical all-reduce runs for a buffer of this many bytes per rank.
+    """
 def keep_freed_memory(bytes: typing.SupportsInt | typing.SupportsIndex = 1073741824) -> bool:
     """
     Ask glibc to keep freed blocks up to `bytes` (mallopt M_MMAP_THRESHOLD/M_TRIM_THRESHOLD).
@@ -109,6 +113,14 @@ def keep_freed_memory(bytes: typing.SupportsInt | typing.SupportsIndex = 1073741
 def layer_types() -> list[str]:
     """
     CPU layer types the executor can build.
+    """
+def level_comms(comm: typing.Any) -> tuple[typing.Any, typing.Any]:
+    """
+    (node, cross): this rank's node and the same local rank on every node (COMM_NULL where it has no shard), as the hierarchical all-reduce uses them; owned by comm, never free them.
+    """
+def ranks_per_node_setting() -> int:
+    """
+    The set_ranks_per_node value (0: MPI's split).
     """
 def reduce_time(count: typing.SupportsInt | typing.SupportsIndex, dtype: str, op: str, warmup: typing.SupportsInt | typing.SupportsIndex = 2, iters: typing.SupportsInt | typing.SupportsIndex = 10) -> list[float]:
     """
@@ -118,12 +130,21 @@ def set_blas_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
     ...
 def set_compute_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
     ...
+def set_ranks_per_node(ranks_per_node: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Group ranks into nodes of this many consecutive ranks (0: MPI_Comm_split_type shared memory).
+    """
 def sgd_update(w: numpy.ndarray, g: numpy.ndarray, v: numpy.ndarray, lr: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, wd: typing.SupportsFloat | typing.SupportsIndex) -> None:
     """
     In place: v = momentum*v + (g + wd*w); w -= lr*v (PyTorch's SGD convention), float32 arrays.
+    """
+def topology(comm: typing.Any) -> dict:
+    """
+    The node layout of comm as the hierarchical all-reduce sees it (collective on first use).
     """
 def update_bench(n: typing.SupportsInt | typing.SupportsIndex, lr: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, wd: typing.SupportsFloat | typing.SupportsIndex, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex, threads: typing.SupportsInt | typing.SupportsIndex) -> dict:
     """
     Time sgd_update over n parameters, interleaved with a memcpy of 10n bytes: {'update_us', 'copy_us', 'copy_bytes'} (host steady clock).
     """
+HIER_LEADER_BELOW_BYTES: int = 65536
 __version__: str = '0.1.0'
