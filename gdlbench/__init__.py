@@ -32,7 +32,11 @@ through mpi4py only when the program has not, at mpi4py's configured thread leve
 
 __version__ = "0.1.0"
 
-from ._native import cuda_status  # noqa: E402  (loads mpi4py.MPI, then the native modules)
+from ._checkout import use_installed_if_unbuilt  # noqa: E402
+
+use_installed_if_unbuilt(__path__)  # run from a source checkout's root: the installed modules
+
+from ._native import MpiInit, cuda_status, init_mpi  # noqa: E402  (loads mpi4py.MPI, then the native modules)
 from .collectives import (  # noqa: E402
     AlphaBetaFit,
     CollectiveResult,
@@ -81,5 +85,5 @@ __all__ = [
     # networks and strategies
     "Network", "builtin_nets", "load_network", "PRESETS", "Strategy", "get_strategies",
     # the machine, errors
-    "environment", "cuda_status", "CheckFailed", "UsageError",
+    "environment", "cuda_status", "init_mpi", "MpiInit", "CheckFailed", "UsageError",
 ]

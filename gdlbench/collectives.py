@@ -15,9 +15,9 @@ from typing import ClassVar
 import numpy as np
 
 from . import env
-from ._native import MPI, _core, _cuda
+from ._native import _core, _cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import MAX_ITERS, Measurement, check_timing
 from .units import parse_size
 
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
@@ -167,16 +167,13 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
     if algo != "library" and (collective != "allreduce" or backend != "mpi"):
         raise UsageError(f"--algo {algo}: gdlbench's own algorithms are all-reduces on MPI "
                          f"(add --backend mpi, or use --algo library)")
-    if algo == "ps" and not 1 <= servers <= nranks:
+    if not 1 <= servers <= nranks:
         raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
     if collective == "broadcast" and not 0 <= root < nranks:
         raise UsageError(f"--root must be between 0 and {nranks - 1}, got {root}")
-    if iters < 1:
-        raise UsageError(f"--iters must be >= 1, got {iters}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be >= 0, got {warmup}")
-    if check < 0:
-        raise UsageError(f"--check must be >= 0, got {check}")
+    check_timing(iters, warmup)
+    if not 0 <= check <= MAX_ITERS:
+        raise UsageError(f"--check must be from 0 to {MAX_ITERS}, got {check}")
     if not (timeout >= 0 and math.isfinite(timeout)):
         raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
 
@@ -188,7 +185,7 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
     (MPI only): successive iterations use different buffers spread over that many bytes, as
     nccl-tests does, so that sizes below the cache are not timed from cache."""
-    comm = comm or MPI.COMM_WORLD
+    comm = comm or env.world()
     nranks = comm.Get_size()
     op = op if collective in ("allreduce", "reduce_scatter") else None
     validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
@@ -275,7 +272,7 @@ def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *
     with dtype='bfloat16') with one of the algorithms. Returns the array."""
     if not isinstance(array, np.ndarray):
         raise UsageError("allreduce_array: expected a numpy array")
-    _core.allreduce(comm or MPI.COMM_WORLD, array, op, algo, servers, dtype or "")
+    _core.allreduce(comm or env.world(), array, op, algo, servers, dtype or "")
     return array
 
 

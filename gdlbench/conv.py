@@ -12,7 +12,7 @@ import numpy as np
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
 
 PASSES = ("fwd", "bwd-data", "bwd-filter")
 CPU_DTYPES = ("float32",)
@@ -263,8 +263,7 @@ def conv(n: int = 8, c: int = 64, h: int = 56, w: int = 56, k: int = 64, r: int 
     shape = ConvShape(n, c, h, w, k, r, s, _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation"),
                       groups, bool(bias))
     shape.validate()
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"conv: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    check_timing(iters, warmup, "conv")
     if layout not in LAYOUTS:
         raise UsageError(f"conv: layout must be nchw or nhwc, got {layout!r}")
     if workspace_limit is not None and workspace_limit < 0:

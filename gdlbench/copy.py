@@ -17,7 +17,7 @@ import numpy as np
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import MAX_ITERS, Measurement, check_timing
 from .units import parse_size
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
@@ -80,8 +80,9 @@ def copy(size: int | str, direction: str = "h2d", memory: str = "pinned", device
         size = parse_size(size, "copy: size")
     if not isinstance(size, (int, np.integer)) or size < 1:
         raise UsageError(f"copy: size must be a positive number of bytes, got {size!r}")
-    if copies < 1 or iters < 1 or warmup < 0:
-        raise UsageError("copy: need copies >= 1, iters >= 1 and warmup >= 0")
+    check_timing(iters, warmup, "copy")
+    if not 1 <= copies <= MAX_ITERS:
+        raise UsageError(f"copy: --copies must be from 1 to {MAX_ITERS}, got {copies}")
     if direction not in DIRECTIONS:
         raise UsageError(f"copy: direction must be h2d, d2h or d2d, got {direction!r}")
     if memory not in (*MEMORIES, "device"):

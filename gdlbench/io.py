@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
+from .paths import require_writable_dir
 
 MANIFEST = "gdlbench-dataset.json"
 FORMAT_VERSION = 1
@@ -95,8 +97,13 @@ class Dataset:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"io: --dir {root}: cannot create it ({exc.strerror})") from None
-        if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"io: --dir {root}: not a writable directory")
+        if not path.is_dir():
+            raise UsageError(f"io: --dir {root}: not a directory")
+        require_writable_dir(path, f"io: --dir {root}")
+        need, free = images * size[0] * size[1] * 3, shutil.disk_usage(path).free  # at most the raw pixels
+        if need > 0.9 * free:
+            raise UsageError(f"io: {images} images of {size[0]}x{size[1]} need up to {need / 1e9:.3g} GB in {root}, "
+                             f"{free / 1e9:.3g} GB free")
         ds = cls._generate(path, images, size, seed)
         ds.tmp = tmp
         return ds
@@ -193,8 +200,9 @@ def time_read(dataset: Dataset, batch: int = 64, threads: int = 4, decode: bool 
               warmup: int = 2) -> IoResult:
     """t_io: wall time of reading (and decoding) one batch of `batch` files with `threads` threads.
     Batches walk through the dataset in order and wrap around."""
-    if batch < 1 or threads < 1 or iters < 1 or warmup < 0:
-        raise UsageError("io: need batch >= 1, threads >= 1, iters >= 1, warmup >= 0")
+    check_timing(iters, warmup, "io")
+    if batch < 1 or threads < 1:
+        raise UsageError(f"io: need batch >= 1 and threads >= 1, got {batch} and {threads}")
     paths = dataset.paths()
     work = _read_decode if decode else _read
     samples, sizes = [], []

@@ -25,6 +25,7 @@ ended last: the messages wait for it); the model reads the medians over rounds.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
@@ -33,9 +34,10 @@ from typing import ClassVar
 import numpy as np
 
 from . import env
-from ._native import MPI, _core, require_cuda
+from ._native import MPI, _core, require_cuda, require_thread_level
 from .errors import UsageError
-from .measurement import Measurement
+from .hostmem import require_device, require_host
+from .measurement import Measurement, check_timing
 from .model import Phases, Prediction, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
@@ -274,6 +276,13 @@ class IterationResult:
                  "share_pct": 100.0 * (la["forward"].median + la["backward"].median) / total} for la in ranked[:n]]
 
 
+def executor_bytes(net: Network, batch: int) -> int:
+    """What an executor allocates at least: each layer's output and its gradient and the input
+    batch and its staging copy, per sample; parameters, gradients and momentum (float32)."""
+    per_sample = 2 * sum(math.prod(layer.out_shape) for layer in net.layers) + 2 * math.prod(net.input_shape)
+    return 4 * (batch * per_sample + 3 * net.params)
+
+
 def spread_pct(m: Measurement) -> float:
     """Run-to-run spread of a row: (p75 - p25) / median, in percent."""
     q25, q75 = np.percentile(m.samples_us, [25, 75])
@@ -295,6 +304,10 @@ class Iteration:
     """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
     module docstring), each native call after `warmup` untimed iterations."""
 
+    # The composed run sends gradients from a communication thread while the main thread computes;
+    # the main thread calls MPI (barriers, max over ranks) only while that thread is idle.
+    MPI_THREAD_LEVEL = "serialized"
+
     def __init__(self, net: str | Network = "resnet50", batch: int | None = None, device: str = "auto",
                  strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
                  threads: int | None = None, io: bool = True, io_dir: str | None = None,
@@ -312,12 +325,19 @@ class Iteration:
             self.strategies = [s for s in self.strategies if s.collective != "ps"]
             if not self.strategies:
                 raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
-        if iters < 1 or warmup < 0:
-            raise UsageError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
+        check_timing(iters, warmup, "iteration")
         self.iters, self.warmup = iters, warmup
+        need = executor_bytes(self.net, self.batch)
+        what = f"iteration --net {self.net.name} --batch {self.batch}: the executor's buffers (at least)"
+        if self.device == "cuda":
+            require_device(require_cuda(), need, what)
+        else:
+            local = env.local_ranks()
+            require_host(need * local, what + (f", {local} ranks on this node" if local > 1 else ""))
         self.threads = threads or env.default_threads()
         self.io, self.io_dir, self.io_threads = io, io_dir, io_threads
-        self.comm = comm or MPI.COMM_WORLD
+        require_thread_level(self.MPI_THREAD_LEVEL, "the composed iteration (its communication thread)")
+        self.comm = comm or env.world()
         self.progress = progress or (lambda _msg: None)
 
     def overlap_efficiency(self) -> float:
@@ -341,6 +361,7 @@ class Iteration:
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)
         _core.set_compute_threads(self.threads)
+        _core.keep_freed_memory(1 << 30)  # as `gdlbench allreduce`: MPI's temporary buffers stay mapped
         specs = self.net.layer_specs()
         world = self.comm.Get_size()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")

@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .hostmem import require_device, require_host
+from .measurement import Measurement, check_timing
 
 PASSES = ("fwd", "bwd-data", "bwd-filter", "bwd")
 
@@ -119,12 +120,21 @@ def layer_types(device: str = "cpu") -> list[str]:
 def time_layer(spec: dict[str, Any], batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
                iters: int = 20, warmup: int = 5, threads: int | None = None) -> list[LayerResult]:
     """Time each pass of one layer (buffers filled with gdlbench's test data; labels for losses)."""
-    if batch < 1 or iters < 1 or warmup < 0:
-        raise UsageError("layer: need batch >= 1, iters >= 1 and warmup >= 0")
+    check_timing(iters, warmup, "layer")
+    if batch < 1:
+        raise UsageError(f"layer: --batch must be >= 1, got {batch}")
     for p in passes:
         if p not in PASSES:
             raise UsageError(f"layer: pass must be one of {', '.join(PASSES)}, got {p!r}")
     dev, _ = env.resolve_device(device)
+    try:  # inputs, output and their gradients, at least (a malformed spec: the builder says why)
+        need = 8 * batch * (sum(_numel(s) for s in spec["in_shapes"]) + _numel(spec.get("out_shape", [1])))
+    except (KeyError, TypeError, ValueError):
+        need = 0
+    if dev == "cpu":
+        require_host(need, f"layer --batch {batch}")
+    else:
+        require_device(require_cuda(), need, f"layer --batch {batch}")
     if dev == "cpu":
         threads = threads or env.default_threads()
         _core.set_compute_threads(threads)

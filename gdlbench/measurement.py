@@ -8,11 +8,24 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UsageError
+
 CLOCKS = ("steady-clock", "cuda-events", "mpi-wtime")
 # A row is noisy when its interquartile range exceeds this fraction of the median: the threshold
 # torch.utils.benchmark warns at. The IQR, unlike the CV, ignores the odd preempted sample.
 NOISE_THRESHOLD = 0.10
 NOISE_NOTE = "!: noisy, the interquartile range of the samples exceeds 10 % of the median"
+# Timed iterations and warm-ups per row: the native loops count in C ints and keep every sample.
+MAX_ITERS = 10_000_000
+
+
+def check_timing(iters: int, warmup: int, what: str = "") -> None:
+    """UsageError unless 1 <= iters <= MAX_ITERS and 0 <= warmup <= MAX_ITERS."""
+    prefix = f"{what}: " if what else ""
+    if not (isinstance(iters, (int, np.integer)) and 1 <= iters <= MAX_ITERS):
+        raise UsageError(f"{prefix}--iters must be an integer from 1 to {MAX_ITERS}, got {iters!r}")
+    if not (isinstance(warmup, (int, np.integer)) and 0 <= warmup <= MAX_ITERS):
+        raise UsageError(f"{prefix}--warmup must be an integer from 0 to {MAX_ITERS}, got {warmup!r}")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from rich.table import Table
 from . import __version__
 from .errors import UsageError
 from .measurement import NOISE_NOTE
+from .paths import require_writable_dir
 
 
 @dataclass
@@ -51,8 +52,11 @@ class OutputFile:
             raise UsageError(f"{option} {path}: is a directory")
         if not parent.is_dir():
             raise UsageError(f"{option} {path}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+        if self.path.exists() and not self.path.is_file():  # the rename would replace a device node
+            raise UsageError(f"{option} {path}: exists and is not a regular file")
+        if self.path.exists() and not os.access(self.path, os.W_OK):
             raise UsageError(f"{option} {path}: not writable")
+        require_writable_dir(parent, f"{option} {path}")
 
     def write(self, text: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent or ".", prefix=f".{self.path.name}.", suffix=".tmp")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from .errors import UsageError
+from .units import split_list
 
 OVERLAPS = ("none", "wfbp")
 COLLECTIVES = ("allreduce", "ps")
@@ -163,7 +164,7 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
     """'all', one preset name, or a comma-separated list (an item ending in .json is a user's
     strategy file, see load_strategy). bucket_bytes / servers override the presets that fuse /
     use servers."""
-    names = list(PRESETS) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    names = list(PRESETS) if text.strip() == "all" else split_list(text, "--strategy")
     if not names:
         raise UsageError("--strategy: give a preset name, a comma-separated list or 'all'")
     out = []

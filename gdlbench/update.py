@@ -18,7 +18,7 @@ import numpy as np
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
 from .units import parse_count
 
 BYTES_PER_PARAM = 20
@@ -113,10 +113,10 @@ def update(params: int | str = 25_600_000, device: str = "auto", *, lr: float = 
         params = parse_count(params, "update: params")
     if not isinstance(params, (int, np.integer)) or params < 1:
         raise UsageError(f"update: params must be a positive integer, got {params!r}")
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"update: need iters >= 1 and warmup >= 0, got {iters}, {warmup}")
-    if not (lr >= 0 and 0 <= momentum < 1 and weight_decay >= 0):
-        raise UsageError("update: need lr >= 0, 0 <= momentum < 1 and weight_decay >= 0")
+    check_timing(iters, warmup, "update")
+    if not (0 <= lr < float("inf") and 0 <= momentum < 1 and 0 <= weight_decay < float("inf")):
+        raise UsageError(f"update: need finite lr >= 0, 0 <= momentum < 1 and finite weight_decay >= 0, got "
+                         f"{lr}, {momentum}, {weight_decay}")
     dev, _ = env.resolve_device(device)
     total = 32 * params  # w, g, v (12 B/param) + copy source and destination (2 x 10 B/param)
     if dev == "cpu":

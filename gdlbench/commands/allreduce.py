@@ -9,11 +9,12 @@ import sys
 
 from .. import collectives as C
 from .. import env
-from ..cli import common_options
+from .._native import MPI
+from ..cli import common_options, one_line
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
 from ..report import Column, OutputFile, Progress, fmt_float, print_table
-from ..units import SIZE_CONVENTION, format_bytes, parse_size
+from ..units import SIZE_CONVENTION, format_bytes, parse_size, split_list
 
 MAX_ROWS = 4096
 HELP = {
@@ -25,7 +26,7 @@ HELP = {
 
 
 def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    items = split_list(text, what)
     if items == ["all"]:
         return list(allowed)
     bad = [x for x in items if x not in allowed]
@@ -91,7 +92,7 @@ def make(collective: str):
             _check_memory(collective, plan, nranks, comm)
         except UsageError as exc:  # argv and N are the same on every rank: all stop here, rank 0 says why
             if env.rank() == 0:
-                print(f"gdlbench {collective}: error: {exc}", file=sys.stderr, flush=True)
+                print(f"gdlbench {collective}: error: {one_line(exc)}", file=sys.stderr, flush=True)
             return 2
         return _run(collective, args, plan, comm)
 
@@ -99,10 +100,13 @@ def make(collective: str):
 
 
 def sweep_sizes(args: argparse.Namespace) -> list[int]:
+    factor = args.step_factor
+    if not 1 <= factor < float("inf"):
+        raise UsageError(f"--step-factor must be a finite number >= 1, got {factor}")
     if args.size is not None:
         if args.min_bytes is not None or args.max_bytes is not None:
             raise UsageError("give --size or -b/-e, not both")
-        sizes = [parse_size(x.strip(), "--size") for x in str(args.size).split(",") if x.strip()]
+        sizes = [parse_size(x, "--size") for x in split_list(args.size, "--size")]
         if not sizes:
             raise UsageError("--size: no size given")
         return sizes
@@ -113,9 +117,6 @@ def sweep_sizes(args: argparse.Namespace) -> list[int]:
     hi = hi if hi is not None else max(lo, default)
     if hi < lo:
         raise UsageError(f"--max-bytes ({hi}) is smaller than --min-bytes ({lo})")
-    factor = args.step_factor
-    if not factor >= 1 or factor != factor:
-        raise UsageError(f"--step-factor must be >= 1, got {factor}")
     step = parse_size(args.step_bytes, "--step-bytes")
     sizes, s = [], lo
     while s <= hi:
@@ -146,11 +147,11 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
     fit_min = 0
-    if fit and str(args.fit_min).strip() != "0":
+    if collective == "allreduce" and str(args.fit_min).strip() != "0":
         fit_min = parse_size(args.fit_min, "--fit-min")
     if fit and len({s for s in sizes if s >= fit_min}) < 2:
         raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
-    if fit and not 1 <= args.fit_regimes <= 8:
+    if collective == "allreduce" and not 1 <= args.fit_regimes <= 8:
         raise UsageError(f"--fit-regimes must be between 1 and 8, got {args.fit_regimes}")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
@@ -306,7 +307,7 @@ def _fit(results, plan, comm):
         # the link alone; with one sweep at fixed N the two cannot be separated otherwise.
         dtype, op = plan["dtypes"][0], plan["ops"][0] or "sum"
         local = C.reduction_gamma_us_per_byte(dtype, op)
-        gamma = comm.allreduce(local, op=C.MPI.MAX)
+        gamma = comm.allreduce(local, op=MPI.MAX)
         gamma_note = (f"gamma measured separately: local {dtype} {op} reduction of 16 MiB, "
                       f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
         fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],

@@ -35,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     size = parse_image_size(args.size)
-    if args.images < 1 or args.batch < 1:
-        raise UsageError(f"--images and --batch must be >= 1, got {args.images} and {args.batch}")
+    if not (1 <= args.images <= 10**7 and 1 <= args.batch <= 10**6):
+        raise UsageError(f"--images must be >= 1 and at most 10,000,000, --batch >= 1 and at most 1,000,000; got "
+                         f"{args.images} and {args.batch}")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     threads = args.threads or env.usable_cores()

@@ -15,6 +15,7 @@ from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 
 DEFAULT_STRATEGIES = "serial,prefetch,wfbp,wfbp-fusion"
+MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL  # the CLI initialises MPI at this level
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

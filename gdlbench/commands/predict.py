@@ -24,7 +24,7 @@ from ..model import (
 from ..network import load_network
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
-from ..units import SIZE_CONVENTION, parse_int_list, parse_size
+from ..units import BANDWIDTH_FORMS, SIZE_CONVENTION, parse_bandwidth, parse_int_list, parse_size
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
 
@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                   "with --from, which fit to use")
     p.add_argument("--alpha", type=float, help="latency per step, microseconds")
     p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
-    p.add_argument("--bandwidth", type=float, metavar="GBS", help="link bandwidth in GB/s (instead of --beta)")
+    p.add_argument("--bandwidth", metavar="BW", help="link bandwidth instead of --beta: GB/s as a bare number, "
+                   f"or with a unit ({BANDWIDTH_FORMS}; b = bits)")
     p.add_argument("--gamma", type=float, help="reduction time per byte, microseconds per byte (default 0)")
     g = p.add_argument_group("a two-level cluster (nodes of G workers; instead of --from/--alpha)")
     g.add_argument("--cluster", metavar="FILE",
@@ -116,14 +117,17 @@ def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_
             v = getattr(args, name)
             if v is not None and (not math.isfinite(v) or v < 0):
                 raise UsageError(f"--{name} must be a finite number >= 0, got {v}")
-        if args.bandwidth is not None and (not math.isfinite(args.bandwidth) or args.bandwidth <= 0):
-            raise UsageError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth}")
-        beta = args.beta if args.beta is not None else 1e6 / (args.bandwidth * 1e9)
+        beta = args.beta if args.beta is not None else 1e6 / (parse_bandwidth(args.bandwidth) * 1e9)
         return CommModel(algo or "ring", args.alpha, beta, args.gamma or 0.0, source="command line")
     if phases_doc_fit is not None:
         return CommModel.from_dict({"summary": {"fit": phases_doc_fit}}, args.algo, source="the phases file's fit")
     raise UsageError("no communication model: give --alpha US with --beta US_PER_BYTE or --bandwidth GBS, "
                      "or --from a saved `gdlbench allreduce --json` file")
+
+
+# Without --phases, predict measures one serial iteration here: the composed run's communication
+# thread calls MPI (see Iteration.MPI_THREAD_LEVEL).
+MPI_THREAD_LEVEL = "serialized"
 
 
 def _link_arg(text: str, level: str) -> cluster.Link:
@@ -213,10 +217,9 @@ def run(args: argparse.Namespace) -> int:
                          "to measure the phases on the spot")
     if args.batch is not None and (args.phases or args.batch < 1):
         raise UsageError("--batch goes without --phases and must be >= 1")
-    if args.servers is not None and args.servers < 1:
-        raise UsageError(f"--servers must be >= 1, got {args.servers}")
-    if args.plot_workers is not None and args.plot_workers < 1:
-        raise UsageError(f"--plot-workers must be >= 1, got {args.plot_workers}")
+    for opt, value in (("--servers", args.servers), ("--plot-workers", args.plot_workers)):
+        if value is not None and not 1 <= value <= 1_000_000:
+            raise UsageError(f"{opt} must be from 1 to 1,000,000, got {value}")
     bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
     strategies = get_strategies(args.strategy, bucket_bytes=bucket, servers=args.servers)
     timeline_strategy = None
