@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 # OpenMP (element-wise kernels) and OpenBLAS (GEMM) keep separate thread pools on the same cores.
 # Spinning idle OpenMP threads steal whole scheduler slices from OpenBLAS's (layers then take
@@ -134,7 +135,7 @@ def cuda_status() -> tuple[int, str]:
     return count, why
 
 
-def require_cuda():
+def require_cuda() -> Any:
     """The _cuda module, or a UsageError saying why CUDA cannot be used."""
     count, why = cuda_status()
     if count == 0:

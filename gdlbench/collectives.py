@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -62,6 +63,8 @@ def bus_factor(collective: str, nranks: int) -> float:
 class CollectiveResult:
     """One timed row: a collective at one size, dtype, op, algorithm and buffer mode."""
 
+    rank_reduction: ClassVar[str] = "max"  # each iteration's time is the max over ranks
+
     collective: str
     size_bytes: int
     count: int
@@ -76,6 +79,11 @@ class CollectiveResult:
     root: int | None = None
     servers: int | None = None
     variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
+
+    @property
+    def command(self) -> str:
+        """The CLI command that makes this row (the collective's name)."""
+        return self.collective
 
     @property
     def time_us(self) -> float:

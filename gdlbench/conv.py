@@ -5,6 +5,7 @@ Timed by the native harness; checked, untimed, against a float64 numpy direct co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -113,6 +114,9 @@ class ConvShape:
 
 @dataclass
 class ConvResult:
+    """One pass of one convolution timed: its Measurement, TFLOP/s and the float64 check."""
+
+    command: ClassVar[str] = "conv"
     layer: str
     shape: ConvShape
     pass_: str
@@ -137,7 +141,7 @@ class ConvResult:
     def to_dict(self) -> dict:
         s = self.shape
         row = {"layer": self.layer, "n": s.n, "c": s.c, "h": s.h, "w": s.w, "k": s.k, "r": s.r, "s": s.s,
-               "p": s.p, "q": s.q, "stride": list(s.stride), "pad": list(s.pad), "dilation": list(s.dilation),
+               "p": s.p, "q": s.q, "hw": f"{s.h}x{s.w}", "rs": f"{s.r}x{s.s}", "stride": list(s.stride), "pad": list(s.pad), "dilation": list(s.dilation),
                "groups": s.groups, "pass": self.pass_, "dtype": self.dtype, "layout": self.layout,
                "device": self.device, "threads": self.threads, "algo": self.algo,
                "workspace_bytes": self.workspace_bytes, "count": self.count, **self.measurement.stats(),

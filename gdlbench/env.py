@@ -25,6 +25,10 @@ def rank() -> int:
     return world().Get_rank()
 
 
+# Variables that launchers set to the number of this job's processes on this node.
+_LAUNCHER_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
+
+
 @lru_cache(maxsize=1)
 def _node_rank_and_size() -> tuple[int, int]:
     """(this rank among the job's ranks on this node, how many there are); collective."""
@@ -70,7 +74,14 @@ def shape(t: dict) -> str:
 
 
 def local_ranks() -> int:
-    """Ranks of this job on this node."""
+    """Ranks of this job on this node: as the launcher says (hydra, Open MPI, MVAPICH), so that
+    one rank may ask alone (a study's rank 0 writing its report); else the node split, a
+    collective over COMM_WORLD that every rank must then enter."""
+    size = MPI.COMM_WORLD.Get_size()
+    for var in _LAUNCHER_LOCAL_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and 1 <= int(value) <= size:
+            return int(value)
     return _node_rank_and_size()[1]
 
 

@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 
@@ -173,6 +174,11 @@ class StrategyRun:
 
 @dataclass
 class IterationResult:
+    """Every phase alone, each layer alone, and per strategy its messages and the composed
+    iteration against the model's prediction."""
+
+    command: ClassVar[str] = "iteration"
+    rank_reduction: ClassVar[str] = "max"
     net: str
     batch: int
     device: str
@@ -185,6 +191,11 @@ class IterationResult:
     io_threads: int | None = None  # threads that read and decode the batch (None: no I/O phase)
     contention: dict[str, Measurement] = field(default_factory=dict)  # compute / comm slowdown per round
     isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
+
+    @property
+    def measurement(self) -> Measurement:
+        """The composed iteration of the first strategy (each run's is runs[i].composed)."""
+        return self.runs[0].composed if self.runs else self.phases["forward"]
 
     def rows(self) -> list[dict]:
         """Phase rows, then per-layer rows, then per strategy its messages and composed iteration."""
@@ -343,10 +354,10 @@ class Iteration:
         """The loader the iterations call, or None."""
         if not self.io:
             return None
-        from . import io as gio
+        from .io import BatchReader, Dataset  # not `from . import io`: gdlbench.io is the function
 
-        dataset = gio.Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
-        return gio.BatchReader(dataset, self.batch, threads=self.io_threads or self.threads, decode=True)
+        dataset = Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
+        return BatchReader(dataset, self.batch, threads=self.io_threads or self.threads, decode=True)
 
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)

@@ -11,8 +11,9 @@ from .. import collectives as C
 from .. import env
 from .._native import MPI
 from ..cli import common_options, one_line
+from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..report import Column, OutputFile, Progress, fmt_float, print_table
 from ..units import SIZE_CONVENTION, format_bytes, parse_size, split_list
 
 MAX_ROWS = 4096
@@ -214,10 +215,18 @@ def _table_rows(results: list[C.CollectiveResult]) -> list[dict]:
         row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
                                       "algo": _algo_label(r), "root": r.root})
         tag = "in" if r.inplace else "out"
-        row.update({f"{tag}_time_us": r.time_us, f"{tag}_time_us_p95": r.measurement.p95,
+        row.update({f"{tag}_time_us": r.time_us, f"{tag}_noisy": r.measurement.noisy,
+                    f"{tag}_time_us_p95": r.measurement.p95,
                     f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
         row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
     return list(merged.values())
+
+
+def table(results: list[C.CollectiveResult]) -> tuple[list[Column], list[dict]]:
+    """The nccl-tests table: out-of-place and in-place side by side (gdlbench.Compare's hook)."""
+    modes = tuple(sorted({r.inplace for r in results}))
+    return (_columns(results[0].collective, modes, len({r.algo for r in results}) > 1),
+            _table_rows(results))
 
 
 def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
@@ -266,20 +275,18 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
                      "starts from memory, not from cache")
     if gamma_note:
         notes.append(gamma_note)
-    report = Report(
-        collective, vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
-        env.collect() if is_root else {},
-        {"clock": "steady-clock", "region": region, "rank_reduction": "max",
+    report = Compare(
+        results, args=vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
+        timing={"clock": "steady-clock", "region": region, "rank_reduction": "max",
          "rank_reduction_detail": "each iteration's time is the max over ranks (MPI_Allreduce MAX)",
          "busbw_factor": {"allreduce": "2(N-1)/N", "reduce_scatter": "(N-1)/N", "allgather": "(N-1)/N",
                           "broadcast": "1"}[collective]},
-        rows=[r.to_dict() for r in results],
         summary={"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
                  "rows_with_wrong": wrong_rows if args.check else None,
                  "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
                  **({"fit": [f.to_dict() for f in fits]} if plan["fit"] and not levels else {}),
                  **({"fit": {"whole": [f.to_dict() for f in fits], "levels": levels}} if levels else {})},
-        notes=notes)
+        notes=notes, comm=comm).report()
     if is_root:
         _print(collective, args, plan, results, fits, report, nranks)
         if levels:
@@ -423,8 +430,7 @@ def _print(collective, args, plan, results, fits, report, nranks):
              f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
     caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
                f"busbw = algbw x {report.timing['busbw_factor']}; GB/s = 1e9 B/s")
-    many = len(plan["algos"]) > 1
-    print_table(title, _columns(collective, plan["modes"], many), _table_rows(results), caption=caption)
+    print_table(title, *table(results), caption=caption)
     bad = sum(1 for r in results if r.wrong)
     lines = [f"backend {plan['backend']} ({plan['backend_why']})",
              f"timed region: {report.timing['region']}",

@@ -9,6 +9,7 @@ import argparse
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 from rich.markup import escape
@@ -116,7 +117,7 @@ def normalise_algo_or_none(algo: str) -> str | None:
         return None
 
 
-def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None = None,
+def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_fit: dict | None = None,
                          load: Callable[[str, str], Any] = _read_json) -> CommModel:
     # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
     algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
