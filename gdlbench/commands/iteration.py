@@ -155,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
                      summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
                                               "top_layers": result.top_layers(),
                                               "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
-                                                              for run in result.runs}}).report()
+                                                              for run in result.runs},
+                                              "measured_timelines": {
+                                                  run.strategy.name: vars(run.measured_timeline(layer_names))
+                                                  for run in result.runs}}).report()
     report.write(outputs.get("--json"), outputs.get("--csv"))
     if args.trace:
         outputs["--trace"].write(json.dumps(result.chrome_trace()))
