@@ -138,6 +138,14 @@ def sgd_update(w: numpy.ndarray, g: numpy.ndarray, v: numpy.ndarray, lr: typing.
     """
     In place: v = momentum*v + (g + wd*w); w -= lr*v (PyTorch's SGD convention), float32 arrays.
     """
+def topk_encode(g: numpy.ndarray, ratio: typing.SupportsFloat | typing.SupportsIndex) -> tuple:
+    """
+    Top-k encode of a float32 gradient at compression ratio r: (indices, values), k = n / (2r).
+    """
+def topk_encode_time(n: typing.SupportsInt | typing.SupportsIndex, ratio: typing.SupportsFloat | typing.SupportsIndex, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
+    """
+    Time the top-k encode of n float32 values at ratio r: samples in us (host steady clock).
+    """
 def topology(comm: typing.Any) -> dict:
     """
     The node layout of comm as the hierarchical all-reduce sees it (collective on first use).
