@@ -68,9 +68,23 @@ file(GLOB GDL_CUDA_BINDINGS CONFIGURE_DEPENDS csrc/bind_cuda*.cpp)
 pybind11_add_module(_cuda MODULE ${GDL_CUDA_BINDINGS} ${GDL_CUDA_SOURCES})
 target_include_directories(_cuda PRIVATE csrc)
 target_compile_options(_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -O3>)
+# nvcc finds its own headers (crt/host_defines.h, ...) for the .cu files; the .cpp bindings, compiled
+# by the C++ compiler, reach cuda_runtime_api.h through the wheels' include folder, which lacks crt/
+# when the nvcc is not a wheel's (the CUDA 13.0 runtime wheel without nvidia-cuda-crt, as on a
+# machine with a system nvcc). Searched after every other folder, so the wheels' headers win.
+foreach(_dir IN LISTS CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES)
+  target_compile_options(_cuda PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-idirafter${_dir}>")
+endforeach()
 target_link_libraries(_cuda PRIVATE gdl_mpi gdl::cublas gdl::cublasLt gdl::cudnn gdl::nccl gdl_warnings)
-set_target_properties(_cuda PROPERTIES
-  CUDA_RUNTIME_LIBRARY Static
-  INSTALL_RPATH "$ORIGIN/../nvidia/cu13/lib;$ORIGIN/../nvidia/cudnn/lib;$ORIGIN/../nvidia/nccl/lib;${GDL_MPI_RPATH}")
+# The NVIDIA wheels beside gdlbench ($ORIGIN/..). With GDL_RPATH_BUILD_WHEELS=ON also where the
+# build found them: for a venv that sees another environment's packages after its own, as
+# scripts/gpu-check.sh's venv sees the GPU image's (off by default: with build isolation that
+# folder is a temporary one).
+option(GDL_RPATH_BUILD_WHEELS "also search the build environment's NVIDIA wheel folders at run time" OFF)
+set(_cuda_rpath "$ORIGIN/../nvidia/cu13/lib;$ORIGIN/../nvidia/cudnn/lib;$ORIGIN/../nvidia/nccl/lib;${GDL_MPI_RPATH}")
+if(GDL_RPATH_BUILD_WHEELS)
+  list(APPEND _cuda_rpath "${NV_CU13}/lib" "${NV_CUDNN}/lib" "${NV_NCCL}/lib")
+endif()
+set_target_properties(_cuda PROPERTIES CUDA_RUNTIME_LIBRARY Static INSTALL_RPATH "${_cuda_rpath}")
 install(TARGETS _cuda LIBRARY DESTINATION gdlbench)
 set(GDL_HAVE_CUDA ON)

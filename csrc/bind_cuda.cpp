@@ -65,8 +65,7 @@ void copy_to_host(uintptr_t src, py::array dst) {
   void* p = dst.mutable_data();
   const auto n = static_cast<std::size_t>(dst.nbytes());
   py::gil_scoped_release nogil;
-  CUDA_CHECK(cudaMemcpyAsync(p, as_ptr(src), n, cudaMemcpyDeviceToHost, cuda::default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(cuda::default_stream()));
+  cuda::copy_now(p, as_ptr(src), n);
 }
 
 void copy_from_host(py::array src, uintptr_t dst) {
@@ -74,8 +73,7 @@ void copy_from_host(py::array src, uintptr_t dst) {
   const void* p = src.data();
   const auto n = static_cast<std::size_t>(src.nbytes());
   py::gil_scoped_release nogil;
-  CUDA_CHECK(cudaMemcpyAsync(as_ptr(dst), p, n, cudaMemcpyHostToDevice, cuda::default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(cuda::default_stream()));
+  cuda::copy_now(as_ptr(dst), p, n);
 }
 
 }  // namespace
@@ -94,7 +92,18 @@ PYBIND11_MODULE(_cuda, m) {
       },
       "(device count, reason when it is 0)");
   m.def("device_properties", &device_properties, py::arg("index"));
-  m.def("set_device", [](int i) { CUDA_CHECK(cudaSetDevice(i)); }, py::arg("index"));
+  m.def("set_device", &cuda::select_device, py::arg("index"),
+        "Make `index` this process's device; before any CUDA work (refused after it began elsewhere).");
+  m.def("current_device", &cuda::current_device);
+  m.def(
+      "wait_for_stream",
+      [](uintptr_t stream) {
+        py::gil_scoped_release nogil;
+        cuda::wait_for_stream(stream);
+      },
+      py::arg("stream"),
+      "Make gdlbench's stream wait for the work queued on a __cuda_array_interface__ producer stream "
+      "(1 legacy default, 2 per-thread default, else a cudaStream_t).");
   m.def("synchronize", [] {
     py::gil_scoped_release nogil;
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -30,16 +30,11 @@ std::unique_ptr<cuda::DeviceBuffer> device_floats(int64_t n) {
   return std::make_unique<cuda::DeviceBuffer>(std::size_t(std::max<int64_t>(n, 1)) * sizeof(float));
 }
 
-void upload(void* dst, const float* src, int64_t n) {
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, std::size_t(n) * sizeof(float), cudaMemcpyHostToDevice, cuda::default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(cuda::default_stream()));
-}
+void upload(void* dst, const float* src, int64_t n) { cuda::copy_now(dst, src, std::size_t(n) * sizeof(float)); }
 
 py::array_t<float> download(const void* src, int64_t n) {
   py::array_t<float> out(n);
-  CUDA_CHECK(cudaMemcpyAsync(out.mutable_data(), src, std::size_t(n) * sizeof(float), cudaMemcpyDeviceToHost,
-                             cuda::default_stream()));
-  CUDA_CHECK(cudaStreamSynchronize(cuda::default_stream()));
+  cuda::copy_now(out.mutable_data(), src, std::size_t(n) * sizeof(float));
   return out;
 }
 
@@ -60,7 +55,7 @@ class CudaLayerBench {
       dx_.push_back(device_floats(n));
       counts_.push_back(n);
       upload(x_.back()->data(), host_fill(n, 11 + i).data(), n);
-      CUDA_CHECK(cudaMemset(dx_.back()->data(), 0, std::size_t(n) * sizeof(float)));  // timed passes add into it
+      cuda::zero_now(dx_.back()->data(), std::size_t(n) * sizeof(float));  // timed passes add into it
     }
     y_ = device_floats(layer_->out_count());
     dy_ = device_floats(layer_->out_count());
@@ -139,7 +134,7 @@ class CudaLayerBench {
 
  private:
   void set_labels(const std::vector<int32_t>& l) {
-    CUDA_CHECK(cudaMemcpy(labels_->data(), l.data(), l.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    cuda::copy_now(labels_->data(), l.data(), l.size() * sizeof(int32_t));
     layer_->set_labels(static_cast<const int32_t*>(labels_->data()));
   }
   std::vector<const void*> inputs() const {

@@ -42,8 +42,6 @@ void bind_cuda_nccl(py::module_& m) {
       },
       py::arg("comm"), py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
       "In-place ncclAllReduce of count elements at a device pointer over the ranks of comm.");
-  m.def("nccl_device", [](py::object comm) { return cuda::nccl_device(get_comm(comm)); }, py::arg("comm"),
-        "The device this rank uses: local rank modulo the visible devices.");
 }
 
 }  // namespace gdl::bind

@@ -24,13 +24,20 @@ def rank() -> int:
 
 
 @lru_cache(maxsize=1)
-def local_ranks() -> int:
-    """Ranks of this job on this node."""
+def _node_rank_and_size() -> tuple[int, int]:
+    """(this rank among the job's ranks on this node, how many there are); collective."""
+    if MPI.COMM_WORLD.Get_size() == 1:
+        return 0, 1
     node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        return node.Get_size()
+        return node.Get_rank(), node.Get_size()
     finally:
         node.Free()
+
+
+def local_ranks() -> int:
+    """Ranks of this job on this node."""
+    return _node_rank_and_size()[1]
 
 
 def usable_cores() -> int:
@@ -59,20 +66,41 @@ def launcher_mismatch() -> str | None:
     return None
 
 
-def resolve_device(requested: str) -> tuple[str, str]:
-    """('cpu' | 'cuda', why). 'auto' picks cuda when the CUDA module loaded and a GPU is visible."""
+def device_rule(requested: str, gpus: int, why_none: str, local_rank: int, local_size: int
+                ) -> tuple[str, int | None, str]:
+    """(device, GPU index or None, why): the one rule for which device a rank uses.
+
+    Each rank on a node takes its own GPU, GPU = local rank (among the ranks sharing the node).
+    'auto' picks cuda only when every rank of the node gets a GPU of its own, else the CPU (ranks
+    sharing one GPU would measure each other, and NCCL refuses two ranks on one device); 'cuda'
+    with more ranks on the node than GPUs is a usage error.
+    """
     if requested not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device: expected auto, cpu or cuda, got {requested!r}")
-    count, why = cuda_status()
-    if requested == "cuda":
-        if count == 0:
-            raise UsageError(f"--device cuda: no usable GPU: {why}")
-        return "cuda", "asked for"
     if requested == "cpu":
-        return "cpu", "asked for"
-    if count > 0:
-        return "cuda", f"auto: {count} GPU(s) visible"
-    return "cpu", f"auto: {why}"
+        return "cpu", None, "asked for"
+    if gpus == 0:
+        if requested == "cuda":
+            raise UsageError(f"--device cuda: no usable GPU: {why_none}")
+        return "cpu", None, f"auto: {why_none}"
+    if local_size > gpus:
+        shared = f"{local_size} ranks on this node but {gpus} GPU(s) visible"
+        if requested == "cuda":
+            raise UsageError(f"--device cuda: {shared}; start at most {gpus} rank(s) per node, or use --device cpu")
+        return "cpu", None, f"auto: {shared}"
+    how = "asked for" if requested == "cuda" else f"auto: {gpus} GPU(s) visible"
+    return "cuda", local_rank, f"{how}; local rank {local_rank} -> GPU {local_rank}"
+
+
+def resolve_device(requested: str) -> tuple[str, str]:
+    """('cpu' | 'cuda', why), by device_rule; on cuda, this rank's GPU is made current before any
+    CUDA work (stream, handles, buffers) so that all of it lands there."""
+    count, why = cuda_status() if requested != "cpu" else (0, "")
+    local_rank, local_size = _node_rank_and_size() if count else (0, 1)
+    device, index, reason = device_rule(requested, count, why, local_rank, local_size)
+    if index is not None:
+        _cuda.set_device(index)
+    return device, reason
 
 
 def _cpu_model() -> str:

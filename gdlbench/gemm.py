@@ -137,14 +137,28 @@ def _run_cpu(a, b, dtype, iters, warmup, threads, check, trans_a, trans_b) -> Ge
     return result
 
 
-def _cuda_ptr(x) -> tuple[int, tuple, str]:
+def producer_stream(cai: dict) -> int | None:
+    """The stream whose queued work must finish before an array is read (__cuda_array_interface__
+    v3): None when the producer names none (nothing to wait for), else 1 (the legacy default
+    stream), 2 (the per-thread default stream) or a cudaStream_t. gdlbench's own stream is
+    non-blocking, so it does not wait for any of these by itself."""
+    stream = cai.get("stream")
+    if stream is None:
+        return None
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream <= 0:
+        raise UsageError(f"device array: __cuda_array_interface__ stream must be None or a positive integer "
+                         f"(0 is forbidden as ambiguous), got {stream!r}")
+    return stream
+
+
+def _cuda_ptr(x) -> tuple[int, tuple, str, int | None]:
     cai = x.__cuda_array_interface__
     if cai.get("strides") is not None:  # None means C-contiguous
         itemsize = np.dtype(cai["typestr"]).itemsize
         expected = tuple(int(np.prod(cai["shape"][i + 1:])) * itemsize for i in range(len(cai["shape"])))
         if tuple(cai["strides"]) != expected:
             raise UsageError("gemm: device arrays must be C-contiguous")
-    return int(cai["data"][0]), tuple(cai["shape"]), np.dtype(cai["typestr"]).name
+    return int(cai["data"][0]), tuple(cai["shape"]), np.dtype(cai["typestr"]).name, producer_stream(cai)
 
 
 def _gemm_arrays(a, b, *, iters, warmup, threads, check, trans_a, trans_b) -> GemmResult:
@@ -156,14 +170,16 @@ def _gemm_arrays(a, b, *, iters, warmup, threads, check, trans_a, trans_b) -> Ge
     if not (hasattr(a, "__cuda_array_interface__") and hasattr(b, "__cuda_array_interface__")):
         raise UsageError("gemm: a and b must both be numpy arrays or both device arrays (CuPy)")
     cuda = require_cuda()
-    pa, shape_a, dt = _cuda_ptr(a)
-    pb, shape_b, dt_b = _cuda_ptr(b)
+    pa, shape_a, dt, stream_a = _cuda_ptr(a)
+    pb, shape_b, dt_b, stream_b = _cuda_ptr(b)
     if dt != dt_b or dt not in ("float32", "float16", "float64") or len(shape_a) != 2 or len(shape_b) != 2:
         raise UsageError("gemm: device arrays must be 2-D, of one dtype: float32, float16 or float64")
     m, k = (shape_a[1], shape_a[0]) if trans_a else shape_a
     kb, n = (shape_b[1], shape_b[0]) if trans_b else shape_b
     if k != kb:
         raise UsageError(f"gemm: inner dimensions differ ({k} and {kb})")
+    for stream in {stream_a, stream_b} - {None}:  # the producer's writes come first
+        cuda.wait_for_stream(stream)
     c = cuda.DeviceBuffer(m * n * cuda.dtype_size(dt))
     samples = cuda.gemm_time(pa, pb, c.ptr, m, n, k, dt, trans_a, trans_b, warmup, iters)
     meas = Measurement(samples, "cuda-events", "one cublasGemmEx call")

@@ -1,13 +1,37 @@
 #!/usr/bin/env bash
-# Run HERE (a machine with PyPI) before scripts/gpu-check.sh: downloads into .whl/ the wheels the
-# GPU machine lacks (it has no registry), for its Python 3.12 on x86-64. .whl/ is git-ignored;
-# name it in the device run's `carry`.
+# Run HERE (a machine with PyPI) before scripts/gpu-check.sh. Downloads into .whl/ the wheels the
+# GPU machine lacks (it has no registry): mpich and scipy-openblas32, and nothing that its image
+# already has (pytest, rich, hypothesis, numpy, ... there would shadow the image's own versions).
+# .whl/ is git-ignored; name it in the device run's `carry`.
+#   scripts/fetch-gpu-wheels.sh                       # for the GPU machine: Python 3.12, x86-64
+#   scripts/fetch-gpu-wheels.sh --python-version 3.11 --image
+# --image also downloads into .whl/image/ what the GPU image is known to have (the build tools,
+# numpy, pytest, the NVIDIA CUDA 13.0 wheels, ...; about 1.3 GB), so that
+# `scripts/gpu-check.sh --no-gpu` can stand in for the image on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .whl
+pyver=3.12
+image=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --python-version) pyver=$2; shift 2 ;;
+    --image) image=1; shift ;;
+    *) echo "fetch-gpu-wheels.sh: unknown argument '$1' (--python-version X.Y, --image)" >&2; exit 2 ;;
+  esac
+done
+# The versions gpu-check.sh installs on the GPU machine; kept in one place.
+CARRIED=(mpich==5.0.2 scipy-openblas32==0.3.34.481.3)
+# What the GPU image has (its package list), as far as building and testing gdlbench needs it.
+# CUDA 13.0 like the image's PyTorch (cu130); nvcc is not among them: the image has a system nvcc.
+IMAGE=(numpy mpi4py pybind11 scikit-build-core cmake ninja pytest hypothesis rich pillow matplotlib
+       "cuda-toolkit[cudart,cublas]==13.0.*" nvidia-cudnn-cu13 nvidia-nccl-cu13)
 plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
-      --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
-dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" -d .whl "$@"; }
-dl mpich==5.0.2 scipy-openblas32==0.3.34.481.3 rich markdown-it-py mdurl pygments hypothesis sortedcontainers attrs
-python3 -m pip download -q --no-deps -d .whl "pytest" "pluggy" "iniconfig" "packaging"
+      --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
+target=(--only-binary=:all: --python-version "$pyver" --implementation cp "${plat[@]}")
+mkdir -p .whl
+python3 -m pip download -q --no-deps "${target[@]}" -d .whl "${CARRIED[@]}"
+if [ "$image" = 1 ]; then
+  mkdir -p .whl/image
+  python3 -m pip download -q "${target[@]}" -d .whl/image "${IMAGE[@]}"
+fi
 ls -la .whl

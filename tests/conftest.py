@@ -1,4 +1,8 @@
-"""Shared test helpers: GPU skip marker and a runner for multi-rank jobs under the venv's mpiexec."""
+"""Shared test helpers: the GPU marker and a runner for multi-rank jobs under the venv's mpiexec.
+
+GPU tests carry @requires_gpu (pytest.mark.gpu). Without a GPU they skip, unless GDL_EXPECT_GPU=1
+(scripts/gpu-check.sh sets it on the GPU machine): then they fail, so that a GPU run cannot pass by
+skipping."""
 
 from __future__ import annotations
 
@@ -22,7 +26,24 @@ GDLBENCH_CMD = [str(_BIN / "gdlbench")] if (_BIN / "gdlbench").exists() else [sy
 # native modules), not the source folder.
 NEUTRAL_CWD = tempfile.gettempdir()
 HAVE_GPU = gdlbench.cuda_status()[0] > 0
-requires_gpu = pytest.mark.skipif(not HAVE_GPU, reason=f"no GPU: {gdlbench.cuda_status()[1]}")
+EXPECT_GPU = os.environ.get("GDL_EXPECT_GPU", "0") not in ("", "0")
+requires_gpu = pytest.mark.gpu
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is None or HAVE_GPU:
+        return
+    why = f"no GPU: {gdlbench.cuda_status()[1]}"
+    if EXPECT_GPU:
+        pytest.fail(f"GDL_EXPECT_GPU=1 but {why}", pytrace=False)
+    pytest.skip(why)
+
+
+def gpu_module(name: str):
+    """Import a module a GPU test needs (CuPy, say): skip without it, fail when a GPU is expected."""
+    if EXPECT_GPU:
+        return __import__(name)
+    return pytest.importorskip(name)
 
 
 def mpi_env() -> dict:

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import requires_gpu, run_cli
+from conftest import gpu_module, requires_gpu, run_cli
 
 import gdlbench
 from gdlbench.gemm import TOLERANCE, compare
@@ -73,7 +73,7 @@ def test_cuda_gemm_matches_cpu_reference(dtype):
 
 @requires_gpu
 def test_cuda_gemm_on_cupy_arrays():
-    cupy = pytest.importorskip("cupy")
+    cupy = gpu_module("cupy")
     a = cupy.random.standard_normal((300, 200), dtype=cupy.float32)
     b = cupy.random.standard_normal((200, 100), dtype=cupy.float32)
     r = gdlbench.gemm(a=a, b=b, iters=3, warmup=1)

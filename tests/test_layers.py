@@ -228,17 +228,28 @@ def test_cuda_layer_matches_cpu(sp, batch, xs, params, labels, fn):
         close(g, c, f"dw[{i}]")
 
 
+TIE_POOL = spec("maxpool", [(2, 7, 7)], (2, 3, 3), {"kernel_h": 3, "kernel_w": 3, "stride_h": 2, "stride_w": 2,
+                                                    "ceil_mode": 0})
+
+
+def test_cpu_maxpool_sends_a_tied_maximums_gradient_to_the_first():
+    """The rule both backends follow: the first maximum in row-major order takes the gradient."""
+    sp = spec("maxpool", [(1, 2, 2)], (1, 1, 1), {"kernel_h": 2, "kernel_w": 2, "stride_h": 2, "stride_w": 2})
+    x = np.full((1, 1, 2, 2), 3.0, np.float32)
+    _, (dx,), _ = run_layer(_core, sp, 1, [x], np.full((1, 1, 1, 1), 5.0, np.float32))
+    assert dx.ravel().tolist() == [5.0, 0.0, 0.0, 0.0]
+
+
 @requires_gpu
-@pytest.mark.parametrize("sp, batch, xs, params, labels, fn", [c for c in CASES if "pool" in c.values[0]["type"]
-                                                               and c.values[0]["type"] != "global_avgpool"])
-def test_cuda_own_pooling_kernels_match_cpu(sp, batch, xs, params, labels, fn):
-    """attrs.impl = 1 forces gdlbench's kernels where cuDNN would run (they serve Caffe's ceil mode)."""
-    rng = np.random.default_rng(99)
-    dy = rand(rng, batch, *sp["out_shape"])
-    forced = {**sp, "attrs": {**sp["attrs"], "impl": 1}}
-    cpu = run_layer(_core, sp, batch, xs, dy)
-    gpu = run_layer(_cuda, forced, batch, xs, dy)
-    close(gpu[0], cpu[0], "forward")
+def test_cuda_maxpool_ties_match_cpu():
+    """Inputs of three values only, so most windows hold a tied maximum (cuDNN's MAX backward would
+    pick any one of them; gdlbench's kernel picks the first, as the CPU does)."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 3, size=(4, 2, 7, 7)).astype(np.float32)
+    dy = rand(rng, 4, 2, 3, 3)
+    cpu = run_layer(_core, TIE_POOL, 4, [x], dy)
+    gpu = run_layer(_cuda, TIE_POOL, 4, [x], dy)
+    np.testing.assert_array_equal(gpu[0], cpu[0])
     close(gpu[1][0], cpu[1][0], "dx")
 
 

@@ -1,10 +1,15 @@
 // cuDNN convolution layer (see cuda/conv.h for the attributes). Every cuDNN and CUDA call is
 // checked; an algorithm cuDNN rejects for a shape is an std::invalid_argument (a usage error),
 // a failure while running one a std::runtime_error.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "cuda/conv.h"
+#include "cuda/layer_util.h"
 
 namespace gdl::cuda {
 
@@ -20,9 +25,89 @@ static_assert(sizeof(kBwdFilterNames) / sizeof(*kBwdFilterNames) == CUDNN_CONVOL
 
 constexpr std::size_t kDefaultWorkspaceLimit = std::size_t(1) << 30;
 
-// alpha/beta for float, half and bfloat16 data are floats.
-const float kOne = 1.f, kZero = 0.f;
+// alpha/beta for float, half and bfloat16 data are floats (kOne, kZero: cuda/layer_util.h).
+
+// The bias, by our own kernels rather than cuDNN's AddTensor and ConvolutionBackwardBias (legacy
+// ops, deprecated in cuDNN 9); arithmetic in float, stored in the data type, as cuDNN does.
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float as_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ int64_t channel_of(int64_t i, int64_t k, int64_t pq, bool nhwc) {
+  return nhwc ? i % k : (i / pq) % k;
+}
+
+// y[n, k, p, q] += b[k]
+template <class T>
+__global__ void add_bias(T* __restrict__ y, const T* __restrict__ b, int64_t n, int64_t k, int64_t pq, bool nhwc) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = from_float<T>(as_float(y[i]) + as_float(b[channel_of(i, k, pq, nhwc)]));
+}
+
+// db[c] = sum of dy over n, p, q: one block per channel (blockDim.x = 256).
+template <class T>
+__global__ void bias_grad(T* __restrict__ db, const T* __restrict__ dy, int64_t batch, int64_t k, int64_t pq,
+                          bool nhwc) {
+  __shared__ float part[256];
+  const int64_t c = blockIdx.x, m = batch * pq;
+  float s = 0.f;
+  for (int64_t j = threadIdx.x; j < m; j += blockDim.x)
+    s += as_float(dy[nhwc ? j * k + c : (j / pq) * k * pq + c * pq + j % pq]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[c] = from_float<T>(part[0]);
+}
+
+template <class T>
+void launch_bias(bool grad, void* out, const void* in, const ConvGeometry& g, bool nhwc, cudaStream_t s) {
+  if (grad) {
+    bias_grad<T><<<static_cast<unsigned>(g.k), 256, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(in), g.n, g.k,
+                                                             g.pq(), nhwc);
+  } else {
+    const int64_t n = g.n * g.k * g.pq();
+    add_bias<T><<<grid_for(n), 256, 0, s>>>(static_cast<T*>(out), static_cast<const T*>(in), n, g.k, g.pq(), nhwc);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
 }  // namespace
+
+// grad false: y += bias (out = y, in = bias); true: dbias = sum of dy (out = dbias, in = dy).
+void ConvLayer::bias(bool grad, void* out, const void* in) const {
+  const cudaStream_t s = context().stream;
+  switch (dtype_) {
+    case DType::f16: return launch_bias<__half>(grad, out, in, g_, nhwc_, s);
+    case DType::bf16: return launch_bias<__nv_bfloat16>(grad, out, in, g_, nhwc_, s);
+    default: return launch_bias<float>(grad, out, in, g_, nhwc_, s);
+  }
+}
+
+std::shared_ptr<SharedWorkspace> SharedWorkspace::get() {
+  static std::mutex mu;
+  static std::weak_ptr<SharedWorkspace> current;
+  std::lock_guard<std::mutex> lock(mu);
+  auto ws = current.lock();
+  if (!ws) current = ws = std::make_shared<SharedWorkspace>();
+  return ws;
+}
+
+void SharedWorkspace::reserve(std::size_t bytes) {
+  if (buf_ && buf_->nbytes() >= bytes) return;
+  CUDA_CHECK(cudaStreamSynchronize(context().stream));  // the old one may still be in use
+  buf_.reset();
+  buf_ = std::make_unique<DeviceBuffer>(bytes);
+}
 
 ConvPass parse_conv_pass(const std::string& name) {
   if (name == "fwd") return ConvPass::fwd;
@@ -93,7 +178,7 @@ ConvLayer::ConvLayer(const LayerSpec& spec)
       for (auto d : self->conv_desc_)
         if (d) cudnnDestroyConvolutionDescriptor(d);
       if (self->w_desc_) cudnnDestroyFilterDescriptor(self->w_desc_);
-      for (auto d : {self->x_desc_, self->y_desc_, self->b_desc_})
+      for (auto d : {self->x_desc_, self->y_desc_})
         if (d) cudnnDestroyTensorDescriptor(d);
     }
   } cleanup{this};
@@ -112,7 +197,7 @@ ConvLayer::ConvLayer(const LayerSpec& spec)
     selection_ = "heuristic";
     for (auto p : {ConvPass::fwd, ConvPass::bwd_data, ConvPass::bwd_filter}) choose_heuristic(p);
   }
-  ensure_workspace(*std::max_element(ws_need_.begin(), ws_need_.end()));
+  workspace_->reserve(*std::max_element(ws_need_.begin(), ws_need_.end()));
   cleanup.armed = false;
 }
 
@@ -120,7 +205,7 @@ ConvLayer::~ConvLayer() {
   for (auto d : conv_desc_)
     if (d) cudnnDestroyConvolutionDescriptor(d);
   if (w_desc_) cudnnDestroyFilterDescriptor(w_desc_);
-  for (auto d : {x_desc_, y_desc_, b_desc_})
+  for (auto d : {x_desc_, y_desc_})
     if (d) cudnnDestroyTensorDescriptor(d);
 }
 
@@ -131,8 +216,6 @@ void ConvLayer::make_descriptors() {
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(x_desc_, fmt, data_type_, i(g_.n), i(g_.c), i(g_.h), i(g_.w)));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&y_desc_));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(y_desc_, fmt, data_type_, i(g_.n), i(g_.k), i(g_.p), i(g_.q)));
-  CUDNN_CHECK(cudnnCreateTensorDescriptor(&b_desc_));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(b_desc_, fmt, data_type_, 1, i(g_.k), 1, 1));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&w_desc_));
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(w_desc_, data_type_, fmt, i(g_.k), i(g_.cg()), i(g_.r), i(g_.s)));
   for (auto& d : conv_desc_) {
@@ -197,7 +280,7 @@ void ConvLayer::set_algo(ConvPass p, int algo) {
               conv_algo_name(p, algo), " (", q.status, ")");
   algo_[int(p)] = algo;
   ws_need_[int(p)] = q.workspace;
-  ensure_workspace(q.workspace);
+  workspace_->reserve(q.workspace);
 }
 
 namespace {
@@ -295,20 +378,13 @@ void ConvLayer::choose_by_search() {
   CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // the scratch buffers are freed on return
 }
 
-void ConvLayer::ensure_workspace(std::size_t bytes) {
-  if (workspace_ && workspace_->nbytes() >= bytes) return;
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));  // the old one may still be in use
-  workspace_.reset();
-  workspace_ = std::make_unique<DeviceBuffer>(bytes);
-}
-
 void ConvLayer::forward(const std::vector<const void*>& x, void* y) {
   const Context& ctx = context();
   GDL_REQUIRE(params_.size() == (g_.bias ? 2u : 1u), "conv: bind_params first");
   CUDNN_CHECK(cudnnConvolutionForward(ctx.cudnn, &kOne, x_desc_, x.at(0), w_desc_, params_[0], conv_desc_[0],
                                       static_cast<cudnnConvolutionFwdAlgo_t>(algo_[0]), workspace_->data(),
                                       ws_need_[0], &kZero, y_desc_, y));
-  if (g_.bias) CUDNN_CHECK(cudnnAddTensor(ctx.cudnn, &kOne, b_desc_, params_[1], &kOne, y_desc_, y));
+  if (g_.bias) bias(false, y, params_[1]);
 }
 
 void ConvLayer::backward_data(const std::vector<const void*>& x, const void* y, const void* dy,
@@ -326,7 +402,7 @@ void ConvLayer::backward_params(const std::vector<const void*>& x, const void* y
   CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx.cudnn, &kOne, x_desc_, x.at(0), y_desc_, dy, conv_desc_[2],
                                              static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo_[2]),
                                              workspace_->data(), ws_need_[2], &kZero, w_desc_, grads_[0]));
-  if (g_.bias) CUDNN_CHECK(cudnnConvolutionBackwardBias(ctx.cudnn, &kOne, y_desc_, dy, &kZero, b_desc_, grads_[1]));
+  if (g_.bias) bias(true, grads_[1], dy);
 }
 
 GDL_REGISTER_CUDA_LAYER("conv", ConvLayer);

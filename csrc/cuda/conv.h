@@ -39,6 +39,20 @@ struct ConvAlgoQuery {
   std::string status;         // cuDNN's word when not supported
 };
 
+// The cuDNN workspace, one for all convolution layers alive in the process: they run one after
+// another on one stream, so a network needs its largest layer's workspace, not the sum of them
+// (up to workspace_limit, 1 GiB by default, each). Freed with the last layer that holds it.
+class SharedWorkspace {
+ public:
+  static std::shared_ptr<SharedWorkspace> get();
+  void reserve(std::size_t bytes);  // grows (after the stream is idle), never shrinks
+  void* data() const { return buf_ ? buf_->data() : nullptr; }
+  std::size_t bytes() const { return buf_ ? buf_->nbytes() : 0; }
+
+ private:
+  std::unique_ptr<DeviceBuffer> buf_;
+};
+
 class ConvLayer : public Layer {
  public:
   explicit ConvLayer(const LayerSpec& spec);
@@ -67,7 +81,7 @@ class ConvLayer : public Layer {
   void choose_heuristic(ConvPass p);
   void choose_by_search();
   void choose_named(ConvPass p, int algo);
-  void ensure_workspace(std::size_t bytes);
+  void bias(bool grad, void* out, const void* in) const;
 
   ConvGeometry g_;
   DType dtype_;
@@ -76,12 +90,12 @@ class ConvLayer : public Layer {
   cudnnMathType_t math_;
   std::size_t ws_limit_;
   std::string selection_;
-  cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr, b_desc_ = nullptr;
+  cudnnTensorDescriptor_t x_desc_ = nullptr, y_desc_ = nullptr;
   cudnnFilterDescriptor_t w_desc_ = nullptr;
   std::array<cudnnConvolutionDescriptor_t, 3> conv_desc_{};  // one per pass: each its own math type
   std::array<int, 3> algo_{{-1, -1, -1}};
   std::array<std::size_t, 3> ws_need_{{0, 0, 0}};
-  std::unique_ptr<DeviceBuffer> workspace_;
+  std::shared_ptr<SharedWorkspace> workspace_ = SharedWorkspace::get();
 };
 
 }  // namespace gdl::cuda

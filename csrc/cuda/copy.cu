@@ -90,31 +90,33 @@ CopyRun copy_bench(const std::string& direction, bool pinned, std::size_t nbytes
     CUDA_CHECK(cudaMemsetAsync(dev.data(), 0, nbytes, stream));
     src = host->data(), dst = dev.data(), kind = cudaMemcpyHostToDevice;
   } else if (direction == "d2h") {
-    CUDA_CHECK(cudaMemcpy(dev.data(), ref.data(), nbytes, cudaMemcpyHostToDevice));
+    copy_now(dev.data(), ref.data(), nbytes);
     src = dev.data(), dst = host->data(), kind = cudaMemcpyDeviceToHost;
   } else {
-    CUDA_CHECK(cudaMemcpy(dev.data(), ref.data(), nbytes, cudaMemcpyHostToDevice));
+    copy_now(dev.data(), ref.data(), nbytes);
     CUDA_CHECK(cudaMemsetAsync(dev2->data(), 0, nbytes, stream));
     src = dev.data(), dst = dev2->data(), kind = cudaMemcpyDeviceToDevice;
   }
   CUDA_CHECK(cudaStreamSynchronize(stream));
 
   const bool hold = pinned || d2d;  // pageable copies block the host: a held stream would stall them
-  int* flag = nullptr;
-  int* dflag = nullptr;
-  if (hold) {
-    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped));
-    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), flag, 0));
-  }
+  // Owns the mapped flag and the events from the moment each exists: a failing call below
+  // (cudaHostGetDevicePointer, say) must not leak the pinned allocation.
   struct Cleanup {
-    int* flag;
+    int* flag = nullptr;
     cudaEvent_t a = nullptr, b = nullptr;
     ~Cleanup() {
       if (flag) cudaFreeHost(flag);
       if (a) cudaEventDestroy(a);
       if (b) cudaEventDestroy(b);
     }
-  } cleanup{flag};
+  } cleanup;
+  int* dflag = nullptr;
+  if (hold) {
+    CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&cleanup.flag), sizeof(int), cudaHostAllocMapped));
+    CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), cleanup.flag, 0));
+  }
+  int* const flag = cleanup.flag;
   CUDA_CHECK(cudaEventCreate(&cleanup.a));
   CUDA_CHECK(cudaEventCreate(&cleanup.b));
   const long long max_cycles = 1LL << 32;  // about 2 s at 2 GHz: far longer than queuing takes
@@ -152,7 +154,7 @@ CopyRun copy_bench(const std::string& direction, bool pinned, std::size_t nbytes
     run.wrong_bytes = count_wrong(host->data(), ref.data(), nbytes);
   } else {
     HostMem back(nbytes, false);
-    CUDA_CHECK(cudaMemcpy(back.data(), dst, nbytes, cudaMemcpyDeviceToHost));
+    copy_now(back.data(), dst, nbytes);
     run.wrong_bytes = count_wrong(back.data(), ref.data(), nbytes);
   }
   return run;

@@ -2,6 +2,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 
 #include "common/fill.h"
@@ -41,8 +42,28 @@ int device_count(std::string* why) {
   return n;
 }
 
+namespace {
+std::atomic<bool> work_began{false};  // a stream, handle or buffer exists on the current device
+
+void begin_work() { work_began.store(true); }
+}  // namespace
+
+void select_device(int index) {
+  if (work_began.load() && index == current_device()) return;
+  GDL_REQUIRE(!work_began.load(), "CUDA device ", index, " chosen after work began on device ", current_device(),
+              ": choose the device first");
+  CUDA_CHECK(cudaSetDevice(index));
+}
+
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
 cudaStream_t default_stream() {
   static cudaStream_t s = [] {
+    begin_work();
     cudaStream_t st;
     CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     return st;
@@ -50,7 +71,33 @@ cudaStream_t default_stream() {
   return s;
 }
 
+void copy_now(void* dst, const void* src, std::size_t nbytes) {
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, default_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(default_stream()));
+}
+
+void zero_now(void* dst, std::size_t nbytes) {
+  CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, default_stream()));
+  CUDA_CHECK(cudaStreamSynchronize(default_stream()));
+}
+
+void wait_for_stream(uintptr_t producer) {
+  GDL_REQUIRE(producer != 0, "wait_for_stream: stream 0 is ambiguous (__cuda_array_interface__ forbids it)");
+  const cudaStream_t from = producer == 1   ? cudaStreamLegacy
+                            : producer == 2 ? cudaStreamPerThread
+                                            : reinterpret_cast<cudaStream_t>(producer);
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  struct Destroy {
+    cudaEvent_t e;
+    ~Destroy() { cudaEventDestroy(e); }
+  } destroy{e};
+  CUDA_CHECK(cudaEventRecord(e, from));
+  CUDA_CHECK(cudaStreamWaitEvent(default_stream(), e, 0));
+}
+
 DeviceBuffer::DeviceBuffer(std::size_t nbytes) : nbytes_(nbytes) {
+  begin_work();
   const cudaError_t e = cudaMalloc(&ptr_, nbytes ? nbytes : 1);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();

@@ -6,9 +6,10 @@ namespace gdl::cuda {
 
 cublasHandle_t cublas_handle() {
   static cublasHandle_t h = [] {
+    const cudaStream_t stream = default_stream();  // first: it marks the device as in use
     cublasHandle_t handle;
     CUBLAS_CHECK(cublasCreate(&handle));
-    CUBLAS_CHECK(cublasSetStream(handle, default_stream()));
+    CUBLAS_CHECK(cublasSetStream(handle, stream));
     return handle;
   }();
   return h;

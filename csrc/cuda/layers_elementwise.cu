@@ -1,5 +1,6 @@
-// CUDA twins of cpu/activations.cpp and cpu/elementwise.cpp: relu (cuDNN), add, concat, flatten and
-// dropout (own kernels), plus the accumulate kernels every layer uses.
+// CUDA twins of cpu/activations.cpp and cpu/elementwise.cpp: relu, add, concat, flatten and dropout
+// (own kernels: cuDNN's activation ops are deprecated legacy ops in cuDNN 9), plus the accumulate
+// kernels every layer uses.
 #include "common/dropout.h"
 #include "cuda/layer_util.h"
 
@@ -32,30 +33,37 @@ void accumulate_2d(float* dst, int64_t dp, const float* src, int64_t sp, int64_t
 
 namespace {
 
+// The CPU's formulas exactly: y = x > 0 ? x : 0 (NaN -> 0), dx += y > 0 ? dy : 0.
+__global__ void relu_fwd(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+__global__ void relu_bwd(float* __restrict__ dx, const float* __restrict__ y, const float* __restrict__ dy, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dx[i] += y[i] > 0.f ? dy[i] : 0.f;
+}
+
 class ReluLayer : public Layer {
  public:
   explicit ReluLayer(const LayerSpec& s) : Layer(s) {
     require_fp32_nchw(s);
     GDL_REQUIRE(s.in_shapes.size() == 1 && numel(s.in_shapes[0]) == numel(s.out_shape), "relu ", s.name,
                 ": out_shape must have as many elements as the input");
-    describe(desc_, s.batch, {numel(s.out_shape)});
-    CUDNN_CHECK(cudnnCreateActivationDescriptor(&act_));
-    CUDNN_CHECK(cudnnSetActivationDescriptor(act_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
   }
-  ~ReluLayer() override { cudnnDestroyActivationDescriptor(act_); }
   void forward(const std::vector<const void*>& x, void* y) override {
-    CUDNN_CHECK(cudnnActivationForward(context().cudnn, act_, &kOne, desc_, x[0], &kZero, desc_, y));
+    const int64_t n = out_count();
+    relu_fwd<<<grid_for(n), 256, 0, context().stream>>>(static_cast<float*>(y), static_cast<const float*>(x[0]), n);
+    CUDA_CHECK(cudaGetLastError());
   }
   void backward_data(const std::vector<const void*>& x, const void* y, const void* dy,
                      const std::vector<void*>& dx) override {
-    if (!dx[0]) return;  // beta = 1: cuDNN adds into dx (the accumulate contract)
-    CUDNN_CHECK(cudnnActivationBackward(context().cudnn, act_, &kOne, desc_, y, desc_, dy, desc_, x[0], &kOne, desc_,
-                                        dx[0]));
+    if (!dx[0]) return;
+    const int64_t n = out_count();
+    relu_bwd<<<grid_for(n), 256, 0, context().stream>>>(static_cast<float*>(dx[0]), static_cast<const float*>(y),
+                                                         static_cast<const float*>(dy), n);
+    CUDA_CHECK(cudaGetLastError());
   }
-
- private:
-  TensorDesc desc_;
-  cudnnActivationDescriptor_t act_{};
 };
 GDL_REGISTER_CUDA_LAYER("relu", ReluLayer);
 

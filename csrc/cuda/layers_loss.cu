@@ -1,5 +1,5 @@
-// Softmax with cross-entropy (twin of cpu/loss.cpp): cuDNN's log-softmax, then our kernels for the
-// mean loss and for dx += (softmax - onehot) / batch. A label outside [0, K) gives a NaN loss (the
+// Softmax with cross-entropy (twin of cpu/loss.cpp): our kernels for the log-softmax (cuDNN's
+// softmax is a deprecated legacy op in cuDNN 9), the mean loss and dx += (softmax - onehot) / batch. A label outside [0, K) gives a NaN loss (the
 // device cannot throw; the CPU layer raises instead) and no gradient for that sample.
 #include <cmath>
 
@@ -7,6 +7,23 @@
 
 namespace gdl::cuda {
 namespace {
+
+// One warp per row: logp = s - max - log(sum exp(s - max)), as the CPU layer computes it.
+__global__ void log_softmax(const float* __restrict__ s, float* __restrict__ logp, int64_t rows, int64_t k) {
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    const float* in = s + r * k;
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < k; j += 32) mx = fmaxf(mx, in[j]);
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float z = 0.f;
+    for (int64_t j = lane; j < k; j += 32) z += expf(in[j] - mx);
+    for (int off = 16; off > 0; off /= 2) z += __shfl_xor_sync(0xffffffffu, z, off);
+    const float shift = mx + logf(z);
+    for (int64_t j = lane; j < k; j += 32) logp[r * k + j] = in[j] - shift;
+  }
+}
 
 __global__ void xent_loss(const float* __restrict__ logp, const int32_t* __restrict__ labels, int64_t n, int64_t k,
                           float* __restrict__ y) {
@@ -43,14 +60,14 @@ class SoftmaxXentLayer : public Layer {
     require_fp32_nchw(s);
     GDL_REQUIRE(s.in_shapes.size() == 1, "softmax_xent ", s.name, ": takes one input (the scores)");
     GDL_REQUIRE(numel(s.out_shape) == 1, "softmax_xent ", s.name, ": out_shape must be {1}");
-    desc_.set(s.batch, k_, 1, 1);
   }
   void set_labels(const int32_t* device_labels) override { labels_ = device_labels; }
 
   void forward(const std::vector<const void*>& x, void* y) override {
     GDL_REQUIRE(labels_, "softmax_xent ", spec_.name, ": no labels (set_labels)");
-    CUDNN_CHECK(cudnnSoftmaxForward(context().cudnn, CUDNN_SOFTMAX_LOG, CUDNN_SOFTMAX_MODE_INSTANCE, &kOne, desc_, x[0],
-                                    &kZero, desc_, logp_.data()));
+    log_softmax<<<grid_for(spec_.batch * 32), 256, 0, context().stream>>>(
+        static_cast<const float*>(x[0]), static_cast<float*>(logp_.data()), spec_.batch, k_);
+    CUDA_CHECK(cudaGetLastError());
     xent_loss<<<1, 256, 0, context().stream>>>(static_cast<const float*>(logp_.data()), labels_, spec_.batch, k_,
                                                static_cast<float*>(y));
     CUDA_CHECK(cudaGetLastError());
@@ -66,7 +83,6 @@ class SoftmaxXentLayer : public Layer {
 
  private:
   int64_t k_;
-  TensorDesc desc_;
   DeviceBuffer logp_;  // log-softmax, saved for backward
   const int32_t* labels_ = nullptr;
 };

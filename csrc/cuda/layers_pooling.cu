@@ -1,8 +1,9 @@
-// Pooling on the GPU with Caffe's geometry (common/pooling.h). cuDNN computes only floor-mode output
-// sizes; when the spec's output matches cuDNN's (every floor-mode layer, and ceil-mode layers whose
-// windows fit), cuDNN runs (max: CUDNN_POOLING_MAX; avg: COUNT_INCLUDE_PADDING, which equals Caffe's
-// divisor whenever no window passes the padding). Otherwise (Caffe's ceil mode, e.g. GoogLeNet) our
-// own kernels run, with Caffe's exact windows and divisors.
+// Pooling on the GPU with Caffe's geometry (common/pooling.h): our own kernels, the twins of
+// cpu/pooling.cpp. Not cuDNN's: its pooling is a deprecated legacy op in cuDNN 9, computes only
+// floor-mode sizes (Caffe's ceil mode, e.g. GoogLeNet, needs these kernels anyway), and its MAX
+// backward sends the gradient of a tied maximum to any one of the tied inputs, where the CPU layer
+// sends it to the first (row-major) one. Here the forward keeps the first maximum (strict >, the
+// CPU's scan order) and the backward routes the gradient through that saved index.
 #include <cfloat>
 
 #include "common/pooling.h"
@@ -78,23 +79,10 @@ class PoolLayer : public Layer {
  public:
   PoolLayer(const LayerSpec& s, bool max) : Layer(s), g_(PoolGeom::from_spec(s)), max_(max) {
     require_fp32_nchw(s);
-    in_.set(s.batch, g_.c, g_.h, g_.w);
-    out_.set(s.batch, g_.c, g_.oh, g_.ow);
-    CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool_));
-    CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_, max ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
-                                            CUDNN_PROPAGATE_NAN, g_.kh, g_.kw, g_.ph, g_.pw, g_.sh, g_.sw));
-    int n = 0, c = 0, h = 0, w = 0;
-    CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(pool_, in_, &n, &c, &h, &w));
-    use_cudnn_ = h == g_.oh && w == g_.ow && s.attr("impl", 0) == 0;  // attrs.impl = 1 forces our kernels
-    if (!use_cudnn_ && max_) arg_ = std::make_unique<DeviceBuffer>(std::size_t(out_count()) * sizeof(int32_t));
+    if (max_) arg_ = std::make_unique<DeviceBuffer>(std::size_t(out_count()) * sizeof(int32_t));
   }
-  ~PoolLayer() override { cudnnDestroyPoolingDescriptor(pool_); }
 
   void forward(const std::vector<const void*>& x, void* y) override {
-    if (use_cudnn_) {
-      CUDNN_CHECK(cudnnPoolingForward(context().cudnn, pool_, &kOne, in_, x[0], &kZero, out_, y));
-      return;
-    }
     const int64_t planes = spec_.batch * g_.c, n = planes * g_.oh * g_.ow;
     if (max_)
       maxpool_fwd<<<grid_for(n), 256, 0, context().stream>>>(static_cast<const float*>(x[0]), static_cast<float*>(y),
@@ -108,10 +96,6 @@ class PoolLayer : public Layer {
   void backward_data(const std::vector<const void*>& x, const void* y, const void* dy,
                      const std::vector<void*>& dx) override {
     if (!dx[0]) return;
-    if (use_cudnn_) {  // beta = 1: accumulate into dx
-      CUDNN_CHECK(cudnnPoolingBackward(context().cudnn, pool_, &kOne, out_, y, out_, dy, in_, x[0], &kOne, in_, dx[0]));
-      return;
-    }
     const int64_t planes = spec_.batch * g_.c, n = planes * g_.oh * g_.ow;
     if (max_)
       maxpool_bwd<<<grid_for(n), 256, 0, context().stream>>>(static_cast<float*>(dx[0]), static_cast<const float*>(dy),
@@ -124,10 +108,8 @@ class PoolLayer : public Layer {
 
  private:
   PoolGeom g_;
-  bool max_, use_cudnn_ = false;
-  TensorDesc in_, out_;
-  cudnnPoolingDescriptor_t pool_{};
-  std::unique_ptr<DeviceBuffer> arg_;  // argmax per output (own max kernel only)
+  bool max_;
+  std::unique_ptr<DeviceBuffer> arg_;  // per output, the input offset (within its plane) of the first maximum
 };
 
 class MaxPoolLayer : public PoolLayer {
@@ -141,7 +123,25 @@ class AvgPoolLayer : public PoolLayer {
 GDL_REGISTER_CUDA_LAYER("maxpool", MaxPoolLayer);
 GDL_REGISTER_CUDA_LAYER("avgpool", AvgPoolLayer);
 
-// cuDNN average pooling with one H x W window per plane.
+// One warp per plane: the plane's mean (lane-strided sum, then a shuffle reduction).
+__global__ void global_avgpool_fwd(const float* __restrict__ x, float* __restrict__ y, int64_t planes, int64_t hw) {
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; p < planes; p += warps) {
+    const float* in = x + p * hw;
+    float s = 0.f;
+    for (int64_t i = lane; i < hw; i += 32) s += in[i];
+    for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) y[p] = s / float(hw);
+  }
+}
+
+__global__ void global_avgpool_bwd(float* __restrict__ dx, const float* __restrict__ dy, int64_t planes, int64_t hw) {
+  const int64_t n = planes * hw;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dx[i] += dy[i / hw] / float(hw);
+}
+
 class GlobalAvgPoolLayer : public Layer {
  public:
   explicit GlobalAvgPoolLayer(const LayerSpec& s) : Layer(s) {
@@ -150,25 +150,24 @@ class GlobalAvgPoolLayer : public Layer {
                 ": needs one input {C, H, W}");
     const auto& sh = s.in_shapes[0];
     GDL_REQUIRE(numel(s.out_shape) == sh[0], "global_avgpool ", s.name, ": out_shape must have C = ", sh[0], " elements");
-    in_.set(s.batch, sh[0], sh[1], sh[2]);
-    out_.set(s.batch, sh[0], 1, 1);
-    CUDNN_CHECK(cudnnCreatePoolingDescriptor(&pool_));
-    CUDNN_CHECK(cudnnSetPooling2dDescriptor(pool_, CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING, CUDNN_PROPAGATE_NAN,
-                                            int(sh[1]), int(sh[2]), 0, 0, 1, 1));
+    planes_ = s.batch * sh[0];
+    hw_ = sh[1] * sh[2];
   }
-  ~GlobalAvgPoolLayer() override { cudnnDestroyPoolingDescriptor(pool_); }
   void forward(const std::vector<const void*>& x, void* y) override {
-    CUDNN_CHECK(cudnnPoolingForward(context().cudnn, pool_, &kOne, in_, x[0], &kZero, out_, y));
+    global_avgpool_fwd<<<grid_for(planes_ * 32), 256, 0, context().stream>>>(static_cast<const float*>(x[0]),
+                                                                             static_cast<float*>(y), planes_, hw_);
+    CUDA_CHECK(cudaGetLastError());
   }
   void backward_data(const std::vector<const void*>& x, const void* y, const void* dy,
                      const std::vector<void*>& dx) override {
     if (!dx[0]) return;
-    CUDNN_CHECK(cudnnPoolingBackward(context().cudnn, pool_, &kOne, out_, y, out_, dy, in_, x[0], &kOne, in_, dx[0]));
+    global_avgpool_bwd<<<grid_for(planes_ * hw_), 256, 0, context().stream>>>(static_cast<float*>(dx[0]),
+                                                                              static_cast<const float*>(dy), planes_, hw_);
+    CUDA_CHECK(cudaGetLastError());
   }
 
  private:
-  TensorDesc in_, out_;
-  cudnnPoolingDescriptor_t pool_{};
+  int64_t planes_ = 0, hw_ = 0;
 };
 GDL_REGISTER_CUDA_LAYER("global_avgpool", GlobalAvgPoolLayer);
 

@@ -10,18 +10,6 @@
 
 namespace gdl::cuda {
 
-int nccl_device(MPI_Comm comm) {
-  MPI_Comm node;
-  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
-  std::string why;
-  const int n = device_count(&why);
-  GDL_REQUIRE(n > 0, "nccl: no usable GPU: ", why);
-  return local % n;
-}
-
 ncclComm_t nccl_comm(MPI_Comm comm) {
   static std::mutex mu;
   static std::map<MPI_Comm, ncclComm_t> cache;  // one NCCL communicator per MPI communicator
@@ -31,7 +19,8 @@ ncclComm_t nccl_comm(MPI_Comm comm) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  CUDA_CHECK(cudaSetDevice(nccl_device(comm)));
+  // On this process's device, chosen before any CUDA work (gdlbench.env.resolve_device).
+  default_stream();
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);

@@ -12,8 +12,6 @@
 
 namespace gdl::cuda {
 
-// The device of this rank: local rank (ranks sharing the node) modulo the visible devices.
-int nccl_device(MPI_Comm comm);
 // The NCCL communicator over the ranks of comm (created on first use; collective over comm).
 ncclComm_t nccl_comm(MPI_Comm comm);
 

@@ -147,29 +147,25 @@ void Net::synchronize() { CUDA_CHECK(cudaStreamSynchronize(context().stream)); }
 
 std::vector<float> Net::grads() const {
   std::vector<float> h(param_count_);
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));
-  CUDA_CHECK(cudaMemcpy(h.data(), grads_->data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  copy_now(h.data(), grads_->data(), h.size() * sizeof(float));
   return h;
 }
 
 std::vector<float> Net::params() const {
   std::vector<float> h(param_count_);
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));
-  CUDA_CHECK(cudaMemcpy(h.data(), params_->data(), h.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  copy_now(h.data(), params_->data(), h.size() * sizeof(float));
   return h;
 }
 
 float Net::output0() const {
   float v = 0.f;
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));
-  CUDA_CHECK(cudaMemcpy(&v, act_.back()->data(), sizeof(float), cudaMemcpyDeviceToHost));
+  copy_now(&v, act_.back()->data(), sizeof(float));
   return v;
 }
 
 void Net::set_param(int64_t i, float v) {
   GDL_REQUIRE(i >= 0 && i < param_count_, "parameter ", i, " out of range");
-  CUDA_CHECK(cudaStreamSynchronize(context().stream));
-  CUDA_CHECK(cudaMemcpy(static_cast<float*>(params_->data()) + i, &v, sizeof(float), cudaMemcpyHostToDevice));
+  copy_now(static_cast<float*>(params_->data()) + i, &v, sizeof(float));
 }
 
 std::vector<double> Net::time_forward_pass(const TimingPlan& plan) {
