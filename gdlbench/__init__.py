@@ -15,10 +15,12 @@ writes the CLI's table, JSON and CSV.
 | copy | `copy` | `CopyResult` |
 | update | `update` | `UpdateResult` |
 | io | `io` | `IoResult` |
+| compress | `compress` | `CompressResult` |
 | iteration | `Iteration(...).measure()` | `IterationResult` |
 | predict | `predict` | `PredictResult` |
 | nets | `load_network`, `builtin_nets` | `Network` |
 | env | `environment` | dict |
+| study | none: it composes `Iteration`, `allreduce` (with `fit_results`), `compress` and `predict` | |
 
 Inside an mpi4py program the collectives and `Iteration` take `comm=` (any intra-communicator,
 sub-communicators included) and keep the program's MPI: importing gdlbench initialises MPI
@@ -48,6 +50,7 @@ from .collectives import (  # noqa: E402
     reduce_scatter,
 )
 from .compare import Compare  # noqa: E402
+from .compress import CompressResult, compress  # noqa: E402
 from .conv import ConvResult, ConvShape, conv  # noqa: E402
 from .copy import CopyResult, copy  # noqa: E402
 from .env import collect as environment  # noqa: E402
@@ -73,10 +76,10 @@ from .update import UpdateResult, update  # noqa: E402
 __all__ = [
     # measurements: one function per CLI command
     "gemm", "conv", "layer", "allreduce", "reduce_scatter", "allgather", "broadcast", "copy", "update", "io",
-    "Iteration", "predict",
+    "compress", "Iteration", "predict",
     # their results
     "Measurement", "GemmResult", "ConvResult", "ConvShape", "LayerResult", "CollectiveResult", "CopyResult",
-    "UpdateResult", "IoResult", "IterationResult", "PredictResult",
+    "UpdateResult", "IoResult", "CompressResult", "IterationResult", "PredictResult",
     # side by side, as the CLI writes them
     "Compare",
     # the model

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from .. import env
-from .._native import _core
 from ..cli import common_options
+from ..compress import compress
 from ..errors import CheckFailed, UsageError
-from ..measurement import Measurement
 from ..report import Column, OutputFile, Report, fmt_float, print_table
 from ..units import parse_count
 
@@ -29,14 +26,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(iters=5, warmup=1)
 
 
-def check_topk(ratio: float) -> int:
-    """Values wrongly kept or dropped by the encode of a small gradient, against numpy's sort."""
-    g = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
-    idx, val = _core.topk_encode(g, ratio)
-    want = np.sort(np.argsort(-np.abs(g), kind="stable")[: len(idx)])
-    return int(np.count_nonzero(idx != want) + np.count_nonzero(val != g[want]))
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         ratios = [float(x) for x in str(args.ratio).split(",") if x.strip()]
@@ -47,15 +36,7 @@ def run(args: argparse.Namespace) -> int:
     n = parse_count(args.values, "--values")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
-    rows = []
-    for ratio in ratios:
-        m = Measurement(_core.topk_encode_time(n, ratio, args.warmup, args.iters), "steady-clock",
-                        "top-k encode of one gradient (one thread)")
-        kept = max(1, min(n, int(n / (2 * ratio))))
-        rows.append({"ratio": ratio, "values": n, "kept": kept, "size_bytes": 4 * n, **m.stats(),
-                     "samples_us": list(m.samples_us), "time_ms": m.median / 1e3, "p95_ms": m.p95 / 1e3,
-                     "encode_us_per_byte": m.median / (4 * n), "gbs": 4 * n / (m.median * 1e3),
-                     "wrong": check_topk(ratio)})
+    rows = [compress(ratio, n, iters=args.iters, warmup=args.warmup).to_dict() for ratio in ratios]
     if env.rank() == 0:
         report = Report("compress", vars(args), env.collect(),
                         {"clock": "steady-clock", "region": "one top-k encode: |g|, nth_element, then the pack of "
