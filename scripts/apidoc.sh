@@ -2,6 +2,8 @@
 # The API reference, generated from the docstrings by pdoc into OUT (default build/apidoc);
 # any warning is an error.   scripts/apidoc.sh [PYTHON] [OUT]   (needs pdoc)
 set -euo pipefail
+# PYTHON may be relative to the caller's folder: make it absolute before leaving that folder
+if [ -n "${1:-}" ]; then set -- "$(realpath -s "$1")" "${@:2}"; fi
 cd "$(dirname "$0")/.."
 root=$(pwd)
 python=${1:-$root/.venv/bin/python}

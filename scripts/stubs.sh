@@ -5,6 +5,8 @@
 #   scripts/stubs.sh check [PYTHON] [MODULES...]      mypy.stubtest: the stubs against the built modules
 #   scripts/stubs.sh generate [PYTHON] [MODULES...]   rewrite gdlbench/<module>.pyi
 set -euo pipefail
+# PYTHON may be relative to the caller's folder: make it absolute before leaving that folder
+if [ -n "${2:-}" ]; then set -- "$1" "$(realpath -s "$2")" "${@:3}"; fi
 cd "$(dirname "$0")/.."
 root=$(pwd)
 what=${1:-check}

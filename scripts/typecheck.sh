@@ -3,6 +3,8 @@
 # package with its stubs, then the stubs against the built native modules (scripts/stubs.sh).
 #   scripts/typecheck.sh [PYTHON]     (default: the venv's; needs mypy)
 set -euo pipefail
+# PYTHON may be relative to the caller's folder: make it absolute before leaving that folder
+if [ -n "${1:-}" ]; then set -- "$(realpath -s "$1")" "${@:2}"; fi
 cd "$(dirname "$0")/.."
 root=$(pwd)
 python=${1:-$root/.venv/bin/python}
