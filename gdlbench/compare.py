@@ -88,6 +88,9 @@ class Compare:
         self.timing = dict(timing) if timing is not None else None
         self.comm = comm
         self._env: dict[str, Any] | None = None
+        from . import env
+
+        env.topology(comm)  # collective the first time: every rank here, so the writing rank may ask alone
 
     @property
     def commands(self) -> list[str]:
@@ -132,7 +135,7 @@ class Compare:
         if self._env is None:
             from . import env
 
-            self._env = env.collect() if self.is_root else {}
+            self._env = env.collect(self.comm) if self.is_root else {}
         return Report(command, self.args, self._env, self._timing(command), rows=self.rows(command),
                       summary=self.summary, notes=self.notes)
 

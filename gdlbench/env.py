@@ -200,8 +200,9 @@ def _version_str(code: int, kind: str) -> str:
     return str(code)
 
 
-def collect() -> dict:
-    """The env block of every report (DESIGN.md section 6)."""
+def collect(comm=None) -> dict:
+    """The env block of every report; its topology is comm's (default the
+    world), which every rank of comm must have asked for once first (topology() is collective)."""
     from importlib import metadata
 
     def pkg(name: str) -> str:
@@ -226,7 +227,7 @@ def collect() -> dict:
         "mpi_thread_level": init_mpi().level,
         "mpi_thread_level_how": init_mpi().how,
         "local_ranks": local_ranks(),
-        "topology": topology() | {"shape": shape(topology())},
+        "topology": topology(comm) | {"shape": shape(topology(comm))},
         "default_threads": default_threads(),
         "cuda_backend": "built" if _cuda is not None else "not available",
         "devices": [{"index": 0, "kind": "cpu", "name": _cpu_model(), "cores": usable_cores()}],
