@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import env
 from ..errors import UsageError
+from ..iteration import Iteration
 from ..study import (
     DEFAULT_NETS,
     DEFAULT_STRATEGIES,
@@ -22,6 +23,10 @@ from ..study import (
     load_config,
     run_study,
 )
+
+# the study runs composed iterations, whose communication thread calls MPI: the CLI initialises
+# MPI at their level
+MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL
 
 STUDY_OPTIONS = ("nets", "strategies", "batch", "workers", "scales", "link", "compress_ratio", "quick", "iters",
                  "warmup", "threads", "device", "io_dir")
