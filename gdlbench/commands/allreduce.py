@@ -336,7 +336,7 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     gamma = next((f.gamma_us_per_byte for f in fits if f.gamma_us_per_byte is not None), None)
     out: dict = {}
     for level, sub in (("intra", node), ("inter", cross)):
-        active = sub != C.MPI.COMM_NULL and (level == "intra" or C._core.topology(comm)["local_rank"] == 0)
+        active = sub != MPI.COMM_NULL and (level == "intra" or C._core.topology(comm)["local_rank"] == 0)
         rows = []
         if active and sub.Get_size() > 1:
             for size in plan["sizes"]:
