@@ -32,13 +32,13 @@ With one node (N <= G) every algorithm is its one-level formula on the intra-nod
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .paths import read_json
 
 HIER_LEADER_BELOW_BYTES = 64 * 1024  # the same threshold as csrc/comm/hier.cpp (kHierLeaderBelowBytes)
 
@@ -277,13 +277,7 @@ def from_fit_levels(levels: dict, nodes: int, per_node: int, source: str) -> Clu
 def load_cluster(path: str | Path) -> Cluster:
     """A cluster file: {"nodes": 4, "per_node": 8, "intra": "nvlink4" | {...}, "inter": "ib-hdr" | {...},
     "links_per_node": 1}, or a saved `gdlbench allreduce --fit --json` report of a multi-node run."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--cluster {path}: no such file")
-    try:
-        doc = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--cluster {path}: not valid JSON: {exc}") from None
+    doc = read_json(path, "--cluster")
     if not isinstance(doc, dict):
         raise UsageError(f"--cluster {path}: expected a JSON object")
     summary = doc.get("summary")

@@ -48,7 +48,6 @@ gamma defaults to 0; *_s / *_s_per_byte fields (seconds) are accepted too.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -57,6 +56,7 @@ from typing import Any
 
 from .errors import UsageError
 from .network import Network, load_network
+from .paths import read_json
 from .strategies import Strategy
 
 ALGOS = ("ring", "recursive_doubling", "tree", "ps")
@@ -281,17 +281,7 @@ def _find_fit(doc: Any, algo: str | None, source: str) -> Any:
 
 def load_comm_model(path: str | Path, algo: str | None = None) -> CommModel:
     """The fit from a saved `gdlbench allreduce --json` file (or a fit's own JSON)."""
-    return CommModel.from_dict(_read_json(path, "--from"), algo, source=str(path))
-
-
-def _read_json(path: str | Path, option: str) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{option} {path}: no such file")
-    try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{option} {path}: not valid JSON: {exc}") from None
+    return CommModel.from_dict(read_json(path, "--from"), algo, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,7 +424,7 @@ class Phases:
 
     @classmethod
     def load(cls, path: str | Path) -> Phases:
-        return cls.from_dict(_read_json(path, "--phases"), source=str(path))
+        return cls.from_dict(read_json(path, "--phases"), source=str(path))
 
     @classmethod
     def synthetic(cls, net: Network | str, batch: int, gflops: float = 10_000.0, bwd_ratio: float = 2.0,

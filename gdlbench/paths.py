@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
@@ -18,3 +20,14 @@ def require_writable_dir(directory: Path, what: str) -> None:
         raise UsageError(f"{what}: cannot create files in {directory} ({exc.strerror})") from None
     os.close(fd)
     os.unlink(probe)
+
+
+def read_json(path: str | Path, option: str) -> Any:
+    """The JSON document in the file a user named with `option`, or a one-line UsageError."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{option} {path}: no such file")
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{option} {path}: not valid JSON: {exc}") from None

@@ -131,17 +131,12 @@ PRESETS: dict[str, Strategy] = {s.name: s for s in (
 def load_strategy(path: str) -> Strategy:
     """A user's strategy from a JSON file: the Strategy fields, e.g.
     {"name": "my-ddp", "overlap": "wfbp", "bucket_bytes": 52428800, "assumptions": "..."}."""
-    import json
     from dataclasses import fields
     from pathlib import Path
 
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--strategy {path}: no such file")
-    try:
-        doc = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--strategy {path}: not valid JSON: {exc}") from None
+    from .paths import read_json
+
+    doc = read_json(path, "--strategy")
     if not isinstance(doc, dict):
         raise UsageError(f"--strategy {path}: expected an object with the Strategy fields")
     known = {f.name for f in fields(Strategy)}
@@ -149,7 +144,7 @@ def load_strategy(path: str) -> Strategy:
     if unknown:
         raise UsageError(f"--strategy {path}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     doc = {k: v for k, v in doc.items() if k != "describe"}
-    doc.setdefault("name", p.stem)
+    doc.setdefault("name", Path(path).stem)
     types = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
              "bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
              "assumptions": str, "source": str}

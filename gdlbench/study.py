@@ -428,17 +428,17 @@ def _predict_parser() -> argparse.ArgumentParser:
 
 @functools.lru_cache(maxsize=16)
 def _read_cached(path: str, option: str, mtime_ns: int) -> Any:
-    from .model import _read_json
+    from .paths import read_json
 
-    return _read_json(path, option)
+    return read_json(path, option)
 
 
 def _load(path: str, option: str) -> Any:
-    """model._read_json, cached: the analysis reads the same phases and fit files many times."""
+    """paths.read_json, cached: the analysis reads the same phases and fit files many times."""
     try:
         mtime = os.stat(path).st_mtime_ns
     except OSError:
-        mtime = 0  # _read_json reports it
+        mtime = 0  # read_json reports it
     return _read_cached(os.path.abspath(path), option, mtime)
 
 

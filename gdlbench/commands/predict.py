@@ -21,12 +21,12 @@ from ..model import (
     Compression,
     Phases,
     Prediction,
-    _read_json,
     normalise_algo,
     predict_iteration,
     predict_scaling,
 )
 from ..network import Network, load_network
+from ..paths import read_json
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
 from ..strategies import Strategy, get_strategies
 from ..units import BANDWIDTH_FORMS, SIZE_CONVENTION, parse_bandwidth, parse_int_list, parse_size
@@ -118,7 +118,7 @@ def normalise_algo_or_none(algo: str) -> str | None:
 
 
 def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_fit: dict | None = None,
-                         load: Callable[[str, str], Any] = _read_json) -> CommModel:
+                         load: Callable[[str, str], Any] = read_json) -> CommModel:
     # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
     algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
     if algo and normalise_algo_or_none(algo) == "ps" and not args.from_file:
@@ -254,7 +254,7 @@ class Evaluation:
                                  compress=self.compress)
 
 
-def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = _read_json) -> Evaluation:
+def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_json) -> Evaluation:
     """The rows and summary of `gdlbench predict` for these arguments (gdlbench study calls this
     with the very arguments its report quotes). load(path, option) reads a JSON file."""
     two_level = cluster_from_args(args)
