@@ -1,11 +1,14 @@
 // Bindings for the SGD update and host copies (cpu/sgd.h, cpu/copy.h): a numpy entry point for
-// checks, and the benchmarks.
+// checks, the benchmarks, and the top-k encode of gdlbench compress (cpu/compress.h).
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
+
+#include <vector>
 
 #include "bind_core.h"
 #include "bind_runs.h"
 #include "bind_util.h"
+#include "cpu/compress.h"
 #include "cpu/copy.h"
 #include "cpu/sgd.h"
 
@@ -44,6 +47,33 @@ void bind_update(py::module_& m) {
       },
       py::arg("nbytes"), py::arg("copies"), py::arg("warmup"), py::arg("iters"), py::arg("threads"),
       "Time `copies` memcpys of nbytes per sample between touched buffers: CopyRun.");
+  m.def(
+      "topk_encode",
+      [](py::array g, double ratio) {
+        const float* pg = host_data<float>(g, "g");
+        const auto n = static_cast<std::size_t>(g.size());
+        const std::size_t k = cpu::topk_count(n, ratio);
+        py::array_t<int32_t> indices(k);
+        py::array_t<float> values(k);
+        std::vector<float> scratch(n);
+        int32_t* pi = indices.mutable_data();
+        float* pv = values.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          cpu::topk_encode(pg, n, k, scratch.data(), pi, pv);
+        }
+        return py::make_tuple(indices, values);
+      },
+      py::arg("g"), py::arg("ratio"),
+      "Top-k encode of a float32 gradient at compression ratio r: (indices, values), k = n / (2r).");
+  m.def(
+      "topk_encode_time",
+      [](std::size_t n, double ratio, int warmup, int iters) {
+        py::gil_scoped_release nogil;
+        return cpu::time_topk_encode(n, ratio, TimingPlan{warmup, iters});
+      },
+      py::arg("n"), py::arg("ratio"), py::arg("warmup"), py::arg("iters"),
+      "Time the top-k encode of n float32 values at ratio r: samples in us (host steady clock).");
 }
 
 }  // namespace gdl::bind

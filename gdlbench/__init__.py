@@ -1,20 +1,92 @@
 """gdlbench: every phase of a synchronous data-parallel SGD iteration, timed with real kernels
-(OpenBLAS, im2col, MPI on CPUs; cuBLAS, cuDNN, NCCL on GPUs) and held against analytic models."""
+(OpenBLAS, im2col, MPI on CPUs; cuBLAS, cuDNN, NCCL on GPUs) and held against analytic models.
 
-from __future__ import annotations
+One function per CLI command, with the command's options as arguments; each returns result
+objects that hold their `Measurement` (every sample, the clock, the timed region), the derived
+metrics and `to_dict()`, the JSON row the CLI writes. `Compare` puts results side by side and
+writes the CLI's table, JSON and CSV.
+
+| command | function | returns |
+|---|---|---|
+| gemm | `gemm` | `GemmResult` |
+| conv | `conv` | list of `ConvResult` (one per pass) |
+| layer | `layer` | list of `LayerResult` |
+| allreduce, reduce_scatter, allgather, broadcast | `allreduce`, `reduce_scatter`, `allgather`, `broadcast` | list of `CollectiveResult` (one per size and buffer mode) |
+| copy | `copy` | `CopyResult` |
+| update | `update` | `UpdateResult` |
+| io | `io` | `IoResult` |
+| compress | `compress` | `CompressResult` |
+| iteration | `Iteration(...).measure()` | `IterationResult` |
+| predict | `predict` | `PredictResult` |
+| nets | `load_network`, `builtin_nets` | `Network` |
+| env | `environment` | dict |
+| study | none: it composes `Iteration`, `allreduce` (with `fit_results`), `compress` and `predict` | |
+
+Inside an mpi4py program the collectives and `Iteration` take `comm=` (any intra-communicator,
+sub-communicators included) and keep the program's MPI: importing gdlbench initialises MPI
+through mpi4py only when the program has not, at mpi4py's configured thread level
+(`mpi4py.rc.thread_level`), and gdlbench never finalises it.
+
+>>> import gdlbench
+>>> sorted(set(gdlbench.__all__) & {"gemm", "allreduce", "Compare"})
+['Compare', 'allreduce', 'gemm']
+"""
 
 __version__ = "0.1.0"
 
-from ._native import cuda_status  # noqa: E402  (loads mpi4py.MPI, then the native modules)
+from ._checkout import use_installed_if_unbuilt  # noqa: E402
+
+use_installed_if_unbuilt(__path__)  # run from a source checkout's root: the installed modules
+
+from ._native import MpiInit, cuda_status, init_mpi  # noqa: E402  (loads mpi4py.MPI, then the native modules)
+from .collectives import (  # noqa: E402
+    AlphaBetaFit,
+    CollectiveResult,
+    allgather,
+    allreduce,
+    broadcast,
+    fit_alpha_beta,
+    fit_results,
+    reduce_scatter,
+)
+from .compare import Compare  # noqa: E402
+from .compress import CompressResult, compress  # noqa: E402
 from .conv import ConvResult, ConvShape, conv  # noqa: E402
+from .copy import CopyResult, copy  # noqa: E402
+from .env import collect as environment  # noqa: E402
 from .errors import CheckFailed, UsageError  # noqa: E402
 from .gemm import GemmResult, gemm  # noqa: E402
+from .io import IoResult, io  # noqa: E402
 from .iteration import Iteration, IterationResult  # noqa: E402
+from .layers import LayerResult, layer  # noqa: E402
 from .measurement import Measurement  # noqa: E402
-from .model import CommModel, Phases, Prediction, predict_iteration, predict_scaling  # noqa: E402
+from .model import (  # noqa: E402
+    CommModel,
+    Phases,
+    Prediction,
+    load_comm_model,
+    predict_iteration,
+    predict_scaling,
+)
 from .network import Network, builtin_nets, load_network  # noqa: E402
+from .scaling import PredictResult, predict  # noqa: E402
 from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
+from .update import UpdateResult, update  # noqa: E402
 
-__all__ = ["PRESETS", "CheckFailed", "CommModel", "ConvResult", "ConvShape", "GemmResult", "Iteration", "IterationResult", "Measurement", "Network",
-           "Phases", "Prediction", "Strategy", "UsageError", "__version__", "builtin_nets", "conv", "cuda_status",
-           "gemm", "get_strategies", "load_network", "predict_iteration", "predict_scaling"]
+__all__ = [
+    # measurements: one function per CLI command
+    "gemm", "conv", "layer", "allreduce", "reduce_scatter", "allgather", "broadcast", "copy", "update", "io",
+    "compress", "Iteration", "predict",
+    # their results
+    "Measurement", "GemmResult", "ConvResult", "ConvShape", "LayerResult", "CollectiveResult", "CopyResult",
+    "UpdateResult", "IoResult", "CompressResult", "IterationResult", "PredictResult",
+    # side by side, as the CLI writes them
+    "Compare",
+    # the model
+    "CommModel", "Phases", "Prediction", "predict_iteration", "predict_scaling", "load_comm_model",
+    "AlphaBetaFit", "fit_alpha_beta", "fit_results",
+    # networks and strategies
+    "Network", "builtin_nets", "load_network", "PRESETS", "Strategy", "get_strategies",
+    # the machine, errors
+    "environment", "cuda_status", "init_mpi", "MpiInit", "CheckFailed", "UsageError",
+]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
+from ._native import THREAD_LEVEL_ENV, THREAD_LEVELS, init_mpi
 from .errors import CheckFailed, UsageError
+from .measurement import check_timing
 
 # subcommand -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -26,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "allgather": ("allgather", "all-gather, MPI or NCCL (size = total buffer)"),
     "broadcast": ("broadcast", "broadcast, MPI or NCCL"),
     "layer": ("layer", "forward/backward time of one layer other than convolution"),
+    "compress": ("compress", "encode cost of gradient compression (top-k sparsification), us per byte"),
+    "study": ("study", "the whole study: measure, predict, and write one report (HTML, Markdown, JSON)"),
 }
 
 
@@ -52,6 +57,14 @@ def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: b
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV (rank 0)")
 
 
+def _reject_empty(argv: list[str]) -> None:
+    """An empty value ('--json ""', '--size=') is a mistake, never a default: say which option."""
+    for i, arg in enumerate(argv):
+        if arg == "" or (arg.startswith("-") and arg.endswith("=")):
+            option = arg[:-1] if arg else (argv[i - 1] if i else "an argument")
+            raise UsageError(f"{option}: empty value")
+
+
 def ranks_per_node_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks-per-node", type=int, metavar="G",
                    help="group ranks into nodes of G consecutive ranks, for layouts MPI cannot see "
@@ -59,12 +72,10 @@ def ranks_per_node_option(p: argparse.ArgumentParser) -> None:
 
 
 def check_common(args: argparse.Namespace) -> None:
-    if getattr(args, "iters", 1) < 1:
-        raise UsageError(f"--iters must be >= 1, got {args.iters}")
-    if getattr(args, "warmup", 0) < 0:
-        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-    if getattr(args, "ranks_per_node", None) is not None and args.ranks_per_node < 1:
-        raise UsageError(f"--ranks-per-node must be >= 1, got {args.ranks_per_node}")
+    iters, warmup = getattr(args, "iters", None), getattr(args, "warmup", None)  # None: the command's own default
+    check_timing(1 if iters is None else iters, 0 if warmup is None else warmup)
+    if getattr(args, "ranks_per_node", None) is not None and not 1 <= args.ranks_per_node <= 1_000_000:
+        raise UsageError(f"--ranks-per-node must be from 1 to 1,000,000, got {args.ranks_per_node}")
     if getattr(args, "threads", None) is not None and not 1 <= args.threads <= 1024:
         raise UsageError(f"--threads must be between 1 and 1024, got {args.threads}")
 
@@ -76,23 +87,43 @@ def build_parser() -> ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(f".commands.{module}", __package__).add_arguments(p)
+        mod = importlib.import_module(f".commands.{module}", __package__)
+        mod.add_arguments(p)
+        least = command_thread_level(mod)
+        p.add_argument("--mpi-thread-level", choices=THREAD_LEVELS, default=None,
+                       help=f"MPI thread support to initialise MPI with (default: {least}, the least this "
+                            f"command's threads need, or ${THREAD_LEVEL_ENV}); multiple makes MPICH lock "
+                            "around every call")
     return parser
 
 
-def _rank_and_size() -> tuple[int, int]:
-    try:
-        from mpi4py import MPI
+def command_thread_level(module) -> str:
+    """The least MPI thread level a command needs: funneled unless its module says otherwise (its
+    helper threads, the collectives' watchdog, OpenBLAS and OpenMP workers, never call MPI)."""
+    return getattr(module, "MPI_THREAD_LEVEL", "funneled")
 
-        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-    except Exception:  # MPI itself failed to load: report that, not a traceback
-        return 0, 1
+
+# Variables that launchers set to each process's rank: a usage error is reported by rank 0 alone,
+# without initialising MPI for it.
+_LAUNCHER_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def _launcher_rank() -> int:
+    from ._native import MPI
+
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        return MPI.COMM_WORLD.Get_rank()
+    for var in _LAUNCHER_RANK_VARS:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = "gdlbench"
     try:
+        _reject_empty(argv)
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.version:
@@ -105,9 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         prog = f"gdlbench {args.command}"
         check_common(args)
+        module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
+        init_mpi(args.mpi_thread_level, least=command_thread_level(module), asked_by="--mpi-thread-level")
     except UsageError as exc:  # every rank sees the same argv, so every rank stops here alike
-        if _rank_and_size()[0] == 0:
-            print(f"{prog}: error: {exc}", file=sys.stderr)
+        if _launcher_rank() == 0:
+            print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
 
     from . import env
@@ -121,12 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = env.launcher_mismatch()
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
     code = 0
     try:
         code = module.run(args)
     except (UsageError, ValueError, OverflowError) as exc:
         code = _fail(prog, exc, 2, rank, size)
+    except OSError as exc:  # a path the checks up front could not foresee (a disk that filled, say)
+        code = _fail(prog, f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", 2, rank, size)
     except MemoryError as exc:
         code = _fail(prog, f"cannot allocate: {exc or 'out of memory'}", 2, rank, size)
     except CheckFailed as exc:
@@ -138,13 +172,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def one_line(message: object) -> str:
+    """The message on one line: newlines and other control characters (which a user's input can
+    carry into it) are shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))
+
+
 def _fail(prog: str, exc: object, code: int, rank: int, size: int, abort: bool = True) -> int:
     """One line on stderr. In a multi-rank run a failure on one rank ends them all (MPI_Abort),
     so that no rank is left waiting in a collective."""
     prefix = f"[rank {rank}] " if size > 1 else ""
-    print(f"{prefix}{prog}: error: {exc}", file=sys.stderr, flush=True)
+    print(f"{prefix}{prog}: error: {one_line(exc)}", file=sys.stderr, flush=True)
     if abort and size > 1:
-        from mpi4py import MPI
+        from ._native import MPI
 
         MPI.COMM_WORLD.Abort(code)
     return code

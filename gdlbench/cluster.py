@@ -7,40 +7,23 @@ reduced): from a two-level fit (`gdlbench allreduce --fit` on several nodes writ
 summary.fit.levels.intra/.inter), from the shipped link presets (LINKS, each with its source), or
 from numbers given by hand. With N workers in M = N/G nodes (consecutive ranks share a node), and
 `links_per_node` inter-node links per node shared by its G workers (s = G / links_per_node
-messages share one link when every worker of a node crosses at once):
-
-- ring over all N (flat): every one of its 2(N-1) steps waits for its slowest hop, the one that
-  crosses a node boundary: 2(N-1) (alpha2 + m/N beta2) + (N-1)/N m gamma.
-- recursive doubling (flat, block layout): log2 G steps inside the node (alpha1 + m beta1 +
-  m gamma), then log2 M steps across, where all G workers of a node send m at once:
-  alpha2 + s m beta2 + m gamma.
-- binomial tree (flat): log2 G levels inside, log2 M levels across, one worker per node crossing:
-  2 (alpha + m beta) per level, m gamma per reduce level.
-- library (MPICH's recursive-halving reduce-scatter + recursive-doubling all-gather on the block
-  layout): 2 log2 G alpha1 + 2(G-1)/G m beta1 + 2 log2 M alpha2 + 2(M-1)/M s (m/G) beta2 +
-  (N-1)/N m gamma.
-- hier (gdlbench's, comm/hier.cpp): intra-node reduce-scatter (G-1) alpha1 + (G-1)/G m (beta1 +
-  gamma), then the library all-reduce of each m/G shard among the M nodes (G of them at once on a
-  node's links: s), then the intra-node all-gather (G-1) alpha1 + (G-1)/G m beta1. Below the leader
-  threshold (64 KiB per rank): a binomial reduce to the node leader, the library all-reduce of m
-  among the leaders, a binomial broadcast.
-- parameter servers (P = N, one per worker): a node's link carries the G (M-1)/M m bytes its
-  workers push to servers elsewhere (and as much pulled back): 2 (alpha2 + s' m beta2) + (N/P) m
-  gamma with s' = G (M-1)/M / links_per_node.
-With one node (N <= G) every algorithm is its one-level formula on the intra-node link.
+messages share one link when every worker of a node crosses at once), every algorithm's counts on
+each level live beside its one-level formula in costmodel.COSTS (`two_level`, printed as
+`two_level_formula`; docs/model.md derives them). With one node (N <= G) every algorithm is its
+one-level formula on the intra-node link.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import costmodel
+from .costmodel import INTER, INTRA
 from .errors import UsageError
-
-HIER_LEADER_BELOW_BYTES = 64 * 1024  # the same threshold as csrc/comm/hier.cpp (kHierLeaderBelowBytes)
+from .paths import read_json
 
 
 @dataclass(frozen=True)
@@ -146,13 +129,6 @@ def link(spec: Any, level: str) -> Link:
     raise UsageError(f"{level} link: expected a preset name or an object, got {spec!r}")
 
 
-_SHORT = {"recursive_doubling": "rd"}  # model.normalise_algo's long name
-
-
-def _log2(n: int) -> int:
-    return math.ceil(math.log2(n)) if n > 1 else 0
-
-
 @dataclass(frozen=True)
 class Cluster:
     """Nodes of `per_node` workers; `intra` joins the workers of a node, `inter` the nodes.
@@ -181,41 +157,16 @@ class Cluster:
         return math.ceil(n / g), g
 
     def time_us(self, algo: str, m: float, n: int, servers: int | None = None) -> float:
-        """One all-reduce of m bytes per worker among n workers (module docstring)."""
+        """One all-reduce of m bytes per worker among n workers (costmodel's two-level counts)."""
         if n <= 1:
             return 0.0
         M, G = self.shape(n)
-        a1, b1 = self.intra.params(m)
+        shape = costmodel.TwoLevelShape(n, M, G, self.links_per_node, servers)
+        (a1, b1), (a2, b2) = self.intra.params(m), self.inter.params(m)
         g1 = self.intra.gamma_us_per_byte
-        if M == 1:
-            return one_level_us(algo, m, n, a1, b1, g1, servers)
-        a2, b2 = self.inter.params(m)
         g2 = self.inter.gamma_us_per_byte or g1
-        s = max(1.0, G / self.links_per_node)  # workers of a node sharing one inter-node link
-        lg, lm = _log2(G), _log2(M)
-        f = (n - 1) / n
-        if algo == "ring":
-            return 2 * (n - 1) * (a2 + m / n * b2) + f * m * g2
-        if algo == "rd":
-            return lg * (a1 + m * b1 + m * g1) + lm * (a2 + s * m * b2 + m * g2)
-        if algo == "tree":
-            return 2 * lg * (a1 + m * b1) + lg * m * g1 + 2 * lm * (a2 + m * b2) + lm * m * g2
-        if algo == "library":
-            return (2 * lg * a1 + 2 * (G - 1) / G * m * b1 + 2 * lm * a2 + 2 * (M - 1) / M * s * (m / G) * b2
-                    + f * m * g2)
-        if algo == "hier":
-            if m < HIER_LEADER_BELOW_BYTES:
-                inter = one_level_us("library", m, M, a2, b2, g2)
-                return 2 * lg * (a1 + m * b1) + lg * m * g1 + inter
-            shard = m / G
-            inter = 2 * lm * a2 + 2 * (M - 1) / M * s * shard * b2 + (M - 1) / M * shard * g2
-            intra = 2 * (G - 1) * a1 + 2 * (G - 1) / G * m * b1 + (G - 1) / G * m * g1
-            return intra + inter
-        if algo == "ps":
-            p = servers or n
-            share = G * (M - 1) / M / self.links_per_node
-            return 2 * (a2 + share * m * b2) + n / p * m * g2
-        raise UsageError(f"no two-level cost model for {algo!r} (library, ring, rd, tree, ps, hier)")
+        return costmodel.two_level_terms(algo, shape, m).time_us(
+            m, {INTRA: a1, INTER: a2}, {INTRA: b1, INTER: b2}, {INTRA: g1, INTER: g2})
 
     # The communication-model interface predict_iteration uses (as model.CommModel).
     @property
@@ -223,7 +174,7 @@ class Cluster:
         return self.algo
 
     def allreduce_us(self, algo: str, m: float, n: int, servers: int | None = None) -> float:
-        return self.time_us(_SHORT.get(algo, algo), m, n, servers)
+        return self.time_us(costmodel.canonical(algo), m, n, servers)
 
     def push_us(self, m: float, n: int, servers: int) -> float:
         """A parameter-server push: half the push/pull link time, and the servers' reduction."""
@@ -240,7 +191,8 @@ class Cluster:
         return self.time_us("ps", m, n, servers) - self.push_us(m, n, servers)
 
     def to_dict(self) -> dict:
-        return {"algo": self.algo, "per_node": self.per_node, "nodes": self.nodes, "links_per_node": self.links_per_node,
+        return {"algo": self.algo, "formula": costmodel.cost(self.algo).two_level_formula,
+                "per_node": self.per_node, "nodes": self.nodes, "links_per_node": self.links_per_node,
                 "intra": self.intra.to_dict(), "inter": self.inter.to_dict(), "source": self.source,
                 "notes": list(self.notes)}
 
@@ -255,8 +207,6 @@ def one_level_us(algo: str, m: float, n: int, alpha: float, beta: float, gamma: 
                  servers: int | None = None) -> float:
     """The one-level formula of `algo` (costmodel.COSTS; hier on one level: its reduce-scatter +
     all-gather)."""
-    from . import costmodel
-
     if n <= 1:
         return 0.0
     return costmodel.time_us(algo, m, n, alpha, beta, gamma, servers)
@@ -277,13 +227,7 @@ def from_fit_levels(levels: dict, nodes: int, per_node: int, source: str) -> Clu
 def load_cluster(path: str | Path) -> Cluster:
     """A cluster file: {"nodes": 4, "per_node": 8, "intra": "nvlink4" | {...}, "inter": "ib-hdr" | {...},
     "links_per_node": 1}, or a saved `gdlbench allreduce --fit --json` report of a multi-node run."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--cluster {path}: no such file")
-    try:
-        doc = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--cluster {path}: not valid JSON: {exc}") from None
+    doc = read_json(path, "--cluster")
     if not isinstance(doc, dict):
         raise UsageError(f"--cluster {path}: expected a JSON object")
     summary = doc.get("summary")

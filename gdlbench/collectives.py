@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from . import costmodel, env
-from ._native import MPI, _core, _cuda
+from ._native import _core, _cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import MAX_ITERS, Measurement, check_timing
 from .units import parse_size
 
 ALGOS = ("library", "ring", "rd", "tree", "ps", "hier")
@@ -102,6 +103,8 @@ def bus_factor(collective: str, nranks: int) -> float:
 class CollectiveResult:
     """One timed row: a collective at one size, dtype, op, algorithm and buffer mode."""
 
+    rank_reduction: ClassVar[str] = "max"  # each iteration's time is the max over ranks
+
     collective: str
     size_bytes: int
     count: int
@@ -116,6 +119,11 @@ class CollectiveResult:
     root: int | None = None
     servers: int | None = None
     variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
+
+    @property
+    def command(self) -> str:
+        """The CLI command that makes this row (the collective's name)."""
+        return self.collective
 
     @property
     def time_us(self) -> float:
@@ -197,16 +205,13 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
         raise UsageError(f"{collective} has no algorithm {algo!r} ({', '.join(k.algos)})")
     if (why := waived(backend, algo, dtype)) is not None:
         raise UsageError(f"--algo {algo}: {why} (add --backend mpi, or use --algo library)")
-    if algo in SERVER_ALGOS and not 1 <= servers <= nranks:
+    if not 1 <= servers <= nranks:  # checked for every algorithm: a bad value is a mistake, used or not
         raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
     if k.rooted and not 0 <= root < nranks:
         raise UsageError(f"--root must be between 0 and {nranks - 1}, got {root}")
-    if iters < 1:
-        raise UsageError(f"--iters must be >= 1, got {iters}")
-    if warmup < 0:
-        raise UsageError(f"--warmup must be >= 0, got {warmup}")
-    if check < 0:
-        raise UsageError(f"--check must be >= 0, got {check}")
+    check_timing(iters, warmup)
+    if not 0 <= check <= MAX_ITERS:
+        raise UsageError(f"--check must be from 0 to {MAX_ITERS}, got {check}")
     if not (timeout >= 0 and math.isfinite(timeout)):
         raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
 
@@ -239,6 +244,11 @@ class WaivedRow:
     backend: str
     waived: str
 
+    @property
+    def command(self) -> str:
+        """The command whose report lists this row (gdlbench.Compare groups by it)."""
+        return self.collective
+
     def to_dict(self) -> dict:
         return {"collective": self.collective, "dtype": self.dtype, "op": self.op, "algo": self.algo,
                 "backend": self.backend, "waived": self.waived}
@@ -251,7 +261,7 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
     (MPI only): successive iterations use different buffers spread over that many bytes, as
     nccl-tests does, so that sizes below the cache are not timed from cache."""
-    comm = comm or MPI.COMM_WORLD
+    comm = comm or env.world()
     nranks = comm.Get_size()
     k = kind(collective)
     op = op if k.reduces else None
@@ -338,7 +348,7 @@ def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *
     with dtype='bfloat16') with one of the algorithms. Returns the array."""
     if not isinstance(array, np.ndarray):
         raise UsageError("allreduce_array: expected a numpy array")
-    _core.allreduce(comm or MPI.COMM_WORLD, array, op, algo, servers, dtype or "")
+    _core.allreduce(comm or env.world(), array, op, algo, servers, dtype or "")
     return array
 
 

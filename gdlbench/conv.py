@@ -5,13 +5,14 @@ Timed by the native harness; checked, untimed, against a float64 numpy direct co
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
 
 PASSES = ("fwd", "bwd-data", "bwd-filter")
 CPU_DTYPES = ("float32",)
@@ -113,6 +114,9 @@ class ConvShape:
 
 @dataclass
 class ConvResult:
+    """One pass of one convolution timed: its Measurement, TFLOP/s and the float64 check."""
+
+    command: ClassVar[str] = "conv"
     layer: str
     shape: ConvShape
     pass_: str
@@ -137,7 +141,7 @@ class ConvResult:
     def to_dict(self) -> dict:
         s = self.shape
         row = {"layer": self.layer, "n": s.n, "c": s.c, "h": s.h, "w": s.w, "k": s.k, "r": s.r, "s": s.s,
-               "p": s.p, "q": s.q, "stride": list(s.stride), "pad": list(s.pad), "dilation": list(s.dilation),
+               "p": s.p, "q": s.q, "hw": f"{s.h}x{s.w}", "rs": f"{s.r}x{s.s}", "stride": list(s.stride), "pad": list(s.pad), "dilation": list(s.dilation),
                "groups": s.groups, "pass": self.pass_, "dtype": self.dtype, "layout": self.layout,
                "device": self.device, "threads": self.threads, "algo": self.algo,
                "workspace_bytes": self.workspace_bytes, "count": self.count, **self.measurement.stats(),
@@ -259,8 +263,7 @@ def conv(n: int = 8, c: int = 64, h: int = 56, w: int = 56, k: int = 64, r: int 
     shape = ConvShape(n, c, h, w, k, r, s, _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation"),
                       groups, bool(bias))
     shape.validate()
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"conv: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    check_timing(iters, warmup, "conv")
     if layout not in LAYOUTS:
         raise UsageError(f"conv: layout must be nchw or nhwc, got {layout!r}")
     if workspace_limit is not None and workspace_limit < 0:

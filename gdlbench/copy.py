@@ -10,13 +10,15 @@ the copy a CPU training step makes of its input batch), and every row says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import MAX_ITERS, Measurement, check_timing
+from .units import parse_size
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
 MEMORIES = ("pinned", "pageable")
@@ -25,6 +27,9 @@ CPU_NOTE = "no GPU: a host memcpy into the compute buffer stands in for the tran
 
 @dataclass
 class CopyResult:
+    """Copies in one direction timed: the Measurement (one sample = `copies` copies) and GB/s."""
+
+    command: ClassVar[str] = "copy"
     direction: str
     memory: str  # pinned | pageable | device (d2d) | host (the CPU stand-in)
     size_bytes: int
@@ -47,7 +52,7 @@ class CopyResult:
     def passed(self) -> bool:
         return self.wrong == 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"direction": self.direction, "memory": self.memory, "size_bytes": self.size_bytes,
                "copies_per_sample": self.copies, "device": self.device, "threads": self.threads,
                **self.measurement.to_dict(), "time_per_copy_us": self.time_per_copy_us, "gbs": self.gbs,
@@ -67,13 +72,17 @@ def plan(direction: str, memory: str) -> list[tuple[str, str]]:
     return [(d, "device" if d == "d2d" else m) for d in dirs for m in (mems if d != "d2d" else mems[:1])]
 
 
-def copy(size: int, direction: str = "h2d", memory: str = "pinned", device: str = "auto", *, copies: int = 4,
+def copy(size: int | str, direction: str = "h2d", memory: str = "pinned", device: str = "auto", *, copies: int = 4,
          iters: int = 10, warmup: int = 2, threads: int | None = None) -> CopyResult:
-    """Time `copies` copies of `size` bytes per sample in one direction."""
+    """Time `copies` copies of `size` bytes (an int, or '1GB' as the CLI's --size) per sample in
+    one direction, h2d, d2h or d2d, from pinned or pageable host memory (`gdlbench copy`)."""
+    if isinstance(size, str):
+        size = parse_size(size, "copy: size")
     if not isinstance(size, (int, np.integer)) or size < 1:
         raise UsageError(f"copy: size must be a positive number of bytes, got {size!r}")
-    if copies < 1 or iters < 1 or warmup < 0:
-        raise UsageError("copy: need copies >= 1, iters >= 1 and warmup >= 0")
+    check_timing(iters, warmup, "copy")
+    if not 1 <= copies <= MAX_ITERS:
+        raise UsageError(f"copy: --copies must be from 1 to {MAX_ITERS}, got {copies}")
     if direction not in DIRECTIONS:
         raise UsageError(f"copy: direction must be h2d, d2h or d2d, got {direction!r}")
     if memory not in (*MEMORIES, "device"):

@@ -7,9 +7,9 @@ A message of m bytes among N ranks costs
 alpha_l: microseconds per message step on level l; beta_l: microseconds per byte on level l's
 link; gamma: microseconds per byte reduced. A, B, G are the algorithm's counts at N ranks (P
 servers): how many steps it takes, how many bytes cross the busiest link, how many bytes a rank
-reduces. Today every algorithm runs on one level, LINK; a two-level network adds its levels
-(intra-node, inter-node) as further keys of `Terms.latency`/`Terms.bandwidth`, and a hierarchical
-algorithm is one more `Cost` entry whose terms name them.
+reduces. On a single-level network every count sits on one level, LINK. On a two-level cluster
+(nodes of G workers, gdlbench.cluster) each entry's `two_level` counts name the levels INTRA and
+INTER, each with its own alpha, beta and gamma; `two_level_terms` reads them.
 
 The fit (collectives.fit_alpha_beta), the iteration model (model.py), `gdlbench predict` and the
 printed formulas all read `COSTS`; docs/model.md derives each formula. Names: the CLI's short ones
@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from .errors import UsageError
 
 LINK = "link"  # the one level of a single-level network
+INTRA, INTER = "intra", "inter"  # the levels of a two-level cluster
+HIER_LEADER_BELOW_BYTES = 64 * 1024  # hier's variant switch, as csrc/comm/hier.cpp (kHierLeaderBelowBytes)
 
 
 @dataclass(frozen=True)
@@ -53,25 +55,94 @@ class Shape:
 
 @dataclass(frozen=True)
 class Terms:
-    """A, B per level and G: t = sum_l (A_l alpha_l + B_l m beta_l) + G m gamma."""
+    """A, B and G per level: t = sum_l (A_l alpha_l + B_l m beta_l + G_l m gamma_l)."""
 
     latency: Mapping[str, float]
     bandwidth: Mapping[str, float]
-    reduction: float = 0.0
+    reduction: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
-    def one_level(cls, a: float, b: float, g: float = 0.0) -> Terms:
-        return cls({LINK: float(a)}, {LINK: float(b)}, float(g))
+    def one_level(cls, a: float, b: float, g: float = 0.0, level: str = LINK) -> Terms:
+        return cls({level: float(a)}, {level: float(b)}, {level: float(g)})
 
     def abg(self, level: str = LINK) -> tuple[float, float, float]:
         """(A, B, G) on one level: what a single-level fit solves for."""
-        return self.latency.get(level, 0.0), self.bandwidth.get(level, 0.0), self.reduction
+        return self.latency.get(level, 0.0), self.bandwidth.get(level, 0.0), self.reduction.get(level, 0.0)
 
     def time_us(self, m: float, alpha_us: Mapping[str, float], beta_us_per_byte: Mapping[str, float],
-                gamma_us_per_byte: float = 0.0) -> float:
+                gamma_us_per_byte: Mapping[str, float]) -> float:
         t = sum(a * alpha_us[lvl] for lvl, a in self.latency.items() if a)
         t += m * sum(b * beta_us_per_byte[lvl] for lvl, b in self.bandwidth.items() if b)
-        return t + m * self.reduction * gamma_us_per_byte
+        return t + m * sum(g * gamma_us_per_byte[lvl] for lvl, g in self.reduction.items() if g)
+
+
+@dataclass(frozen=True)
+class TwoLevelShape:
+    """N workers on M nodes of G (the last may hold fewer); s workers of a node share one
+    inter-node link when all of them cross at once (G / links per node); P servers for ps."""
+
+    nranks: int
+    nodes: int
+    per_node: int
+    links_per_node: int = 1
+    servers: int | None = None
+
+    @property
+    def share(self) -> float:
+        return max(1.0, self.per_node / self.links_per_node)
+
+    @property
+    def log2_intra(self) -> int:
+        return Shape(self.per_node).log2
+
+    @property
+    def log2_inter(self) -> int:
+        return Shape(self.nodes).log2
+
+
+def _levels(intra: tuple[float, float, float], inter: tuple[float, float, float]) -> Terms:
+    """Terms from (A, B, G) inside a node and across nodes."""
+    return Terms({INTRA: intra[0], INTER: inter[0]}, {INTRA: intra[1], INTER: inter[1]},
+                 {INTRA: intra[2], INTER: inter[2]})
+
+
+def _ring2(s: TwoLevelShape, m: float) -> Terms:
+    # every one of the flat ring's 2(N-1) steps waits for its slowest hop, the inter-node one
+    n = s.nranks
+    return _levels((0, 0, 0), (2 * (n - 1), 2 * (n - 1) / n, (n - 1) / n))
+
+
+def _rd2(s: TwoLevelShape, m: float) -> Terms:
+    lg, lm = s.log2_intra, s.log2_inter
+    return _levels((lg, lg, lg), (lm, lm * s.share, lm))
+
+
+def _tree2(s: TwoLevelShape, m: float) -> Terms:
+    lg, lm = s.log2_intra, s.log2_inter
+    return _levels((2 * lg, 2 * lg, lg), (2 * lm, 2 * lm, lm))
+
+
+def _library2(s: TwoLevelShape, m: float) -> Terms:
+    g, mm, n = s.per_node, s.nodes, s.nranks
+    return _levels((2 * s.log2_intra, 2 * (g - 1) / g, 0),
+                   (2 * s.log2_inter, 2 * (mm - 1) / mm * s.share / g, (n - 1) / n))
+
+
+def _hier2(s: TwoLevelShape, m: float) -> Terms:
+    g, mm, lg, lm = s.per_node, s.nodes, s.log2_intra, s.log2_inter
+    if m < HIER_LEADER_BELOW_BYTES:  # reduce to the leader, the library all-reduce among leaders, broadcast
+        return _levels((2 * lg, 2 * lg, lg), (2 * lm, 2 * (mm - 1) / mm, (mm - 1) / mm))
+    # reduce-scatter inside, the library all-reduce of each m/G shard across, all-gather inside
+    return _levels((2 * (g - 1), 2 * (g - 1) / g, (g - 1) / g),
+                   (2 * lm, 2 * (mm - 1) / mm * s.share / g, (mm - 1) / mm / g))
+
+
+def _ps2(s: TwoLevelShape, m: float) -> Terms:
+    # P = N servers, one per worker: a node's links carry what its workers push to (and pull from)
+    # servers on other nodes
+    p = s.servers or s.nranks
+    crossing = s.per_node * (s.nodes - 1) / s.nodes / s.links_per_node
+    return _levels((0, 0, 0), (2, 2 * crossing, s.nranks / p))
 
 
 @dataclass(frozen=True)
@@ -84,6 +155,8 @@ class Cost:
     collective: str = "allreduce"
     aliases: tuple[str, ...] = ()
     parts: tuple[str, ...] = field(default=())  # entries it is the sum of (ps: push + pull)
+    two_level: Callable[[TwoLevelShape, float], Terms] | None = None  # counts on a cluster, at m bytes
+    two_level_formula: str = ""
 
 
 def _ps_push(s: Shape) -> Terms:
@@ -103,27 +176,38 @@ def _sum(*entries: Callable[[Shape], Terms]) -> Callable[[Shape], Terms]:
         levels = {lvl for p in parts for lvl in (*p.latency, *p.bandwidth)}
         return Terms({lvl: sum(p.latency.get(lvl, 0.0) for p in parts) for lvl in levels},
                      {lvl: sum(p.bandwidth.get(lvl, 0.0) for p in parts) for lvl in levels},
-                     sum(p.reduction for p in parts))
+                     {lvl: sum(p.reduction.get(lvl, 0.0) for p in parts) for lvl in levels})
     return terms
 
 
 _ENTRIES = (
     Cost("ring", "2(N-1) a + 2(N-1)/N m b + (N-1)/N m g",
-         lambda s: Terms.one_level(2 * (s.nranks - 1), 2 * s.share, s.share)),
+         lambda s: Terms.one_level(2 * (s.nranks - 1), 2 * s.share, s.share),
+         two_level=_ring2, two_level_formula="2(N-1) (a2 + m/N b2) + (N-1)/N m g2"),
     Cost("library", "2 ceil(log2 N) a + 2(N-1)/N m b + (N-1)/N m g  (MPICH's large-message all-reduce: "
                     "recursive-halving reduce-scatter + recursive-doubling all-gather)",
-         lambda s: Terms.one_level(2 * s.log2, 2 * s.share, s.share), aliases=("mpi", "nccl")),
+         lambda s: Terms.one_level(2 * s.log2, 2 * s.share, s.share), aliases=("mpi", "nccl"),
+         two_level=_library2, two_level_formula="2 log2 G a1 + 2(G-1)/G m b1 + 2 log2 M a2 + 2(M-1)/M s (m/G) b2 "
+                                                "+ (N-1)/N m g2"),
     Cost("rd", "ceil(log2 N) (a + m b + m g)",
          lambda s: Terms.one_level(s.log2, s.log2, s.log2),
-         aliases=("recursive_doubling", "recursive-doubling", "doubling")),
+         aliases=("recursive_doubling", "recursive-doubling", "doubling"),
+         two_level=_rd2, two_level_formula="log2 G (a1 + m b1 + m g1) + log2 M (a2 + s m b2 + m g2)"),
     Cost("tree", "2 ceil(log2 N) (a + m b) + ceil(log2 N) m g",
          lambda s: Terms.one_level(2 * s.log2, 2 * s.log2, s.log2),
-         aliases=("binomial", "binomial_tree", "binomial-tree")),
+         aliases=("binomial", "binomial_tree", "binomial-tree"),
+         two_level=_tree2, two_level_formula="2 log2 G (a1 + m b1) + log2 G m g1 + 2 log2 M (a2 + m b2) "
+                                             "+ log2 M m g2"),
     Cost("hier", "2(N-1) a + 2(N-1)/N m b + (N-1)/N m g  (one level: its reduce-scatter + all-gather; "
                  "two levels: gdlbench.cluster)",
-         lambda s: Terms.one_level(2 * (s.nranks - 1), 2 * s.share, s.share), aliases=("hierarchical",)),
+         lambda s: Terms.one_level(2 * (s.nranks - 1), 2 * s.share, s.share), aliases=("hierarchical",),
+         two_level=_hier2,
+         two_level_formula="2(G-1) a1 + 2(G-1)/G m b1 + (G-1)/G m g1 + 2 log2 M a2 + 2(M-1)/M s (m/G) b2 "
+                           "+ (M-1)/M (m/G) g2; below 64 KiB: 2 log2 G (a1 + m b1) + log2 G m g1 + "
+                           "2 log2 M a2 + 2(M-1)/M m b2 + (M-1)/M m g2 (via the node leaders)"),
     Cost("ps", "2 (a + (N/P) m b) + (N/P) m g", _sum(_ps_push, _ps_pull),
-         aliases=("parameter_server", "parameter-server"), parts=("ps_push", "ps_pull")),
+         aliases=("parameter_server", "parameter-server"), parts=("ps_push", "ps_pull"),
+         two_level=_ps2, two_level_formula="2 (a2 + G(M-1)/M / links m b2) + (N/P) m g2"),
     Cost("ps_push", "a + (N/P) m b + (N/P) m g", _ps_push),
     Cost("ps_pull", "a + (N/P) m b", _ps_pull),
     Cost("reduce_scatter", "ceil(log2 N) a + (N-1)/N m b + (N-1)/N m g  (m: total buffer)",
@@ -167,7 +251,20 @@ def coefficients(name: str, nranks: int, servers: int | None = None) -> tuple[fl
 def time_us(name: str, m: float, nranks: int, alpha_us: float, beta_us_per_byte: float,
             gamma_us_per_byte: float = 0.0, servers: int | None = None) -> float:
     """One message of m bytes among N ranks on a single-level network."""
-    return terms(name, nranks, servers).time_us(m, {LINK: alpha_us}, {LINK: beta_us_per_byte}, gamma_us_per_byte)
+    return terms(name, nranks, servers).time_us(m, {LINK: alpha_us}, {LINK: beta_us_per_byte},
+                                                {LINK: gamma_us_per_byte})
+
+
+def two_level_terms(name: str, shape: TwoLevelShape, m: float) -> Terms:
+    """The counts of `name` for m bytes per worker on a cluster; on one node, its single-level
+    formula on the intra-node link."""
+    c = cost(name)
+    if shape.nodes == 1:
+        return Terms.one_level(*terms(name, shape.nranks, shape.servers).abg(), level=INTRA)
+    if c.two_level is None:
+        have = ", ".join(k for k, e in COSTS.items() if e.two_level is not None)
+        raise UsageError(f"no two-level cost model for {name!r} ({have})")
+    return c.two_level(shape, m)
 
 
 def formula(name: str) -> str:

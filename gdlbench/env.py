@@ -8,7 +8,7 @@ import sys
 from functools import lru_cache
 
 from . import __version__
-from ._native import MPI, _core, _cuda, cuda_status
+from ._native import MPI, _core, _cuda, cuda_status, init_mpi
 from .errors import UsageError
 
 # Variables that launchers set to the number of processes they started.
@@ -16,19 +16,25 @@ _LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"
 
 
 def world() -> MPI.Intracomm:
+    """MPI_COMM_WORLD, MPI initialised first if it is not yet (init_mpi)."""
+    init_mpi()
     return MPI.COMM_WORLD
 
 
 def rank() -> int:
-    return MPI.COMM_WORLD.Get_rank()
+    return world().Get_rank()
+
+
+# Variables that launchers set to the number of this job's processes on this node.
+_LAUNCHER_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
 
 
 @lru_cache(maxsize=1)
 def _node_rank_and_size() -> tuple[int, int]:
     """(this rank among the job's ranks on this node, how many there are); collective."""
-    if MPI.COMM_WORLD.Get_size() == 1:
+    if world().Get_size() == 1:
         return 0, 1
-    node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    node = world().Split_type(MPI.COMM_TYPE_SHARED)
     try:
         return node.Get_rank(), node.Get_size()
     finally:
@@ -50,7 +56,7 @@ def topology(comm=None) -> dict:
     """Nodes x ranks per node of comm (default the world): {"nodes", "ranks_per_node" (None when
     nodes differ in size), "min_ranks_per_node", "max_ranks_per_node", "found_by", "shape"}.
     Collective the first time on a communicator (cached on it)."""
-    t = _core.topology(comm or MPI.COMM_WORLD)
+    t = _core.topology(comm or world())
     g = _core.ranks_per_node_setting()
     return {"nodes": t["nodes"], "ranks_per_node": t["min_local"] if t["min_local"] == t["max_local"] else None,
             "min_ranks_per_node": t["min_local"], "max_ranks_per_node": t["max_local"],
@@ -68,7 +74,14 @@ def shape(t: dict) -> str:
 
 
 def local_ranks() -> int:
-    """Ranks of this job on this node."""
+    """Ranks of this job on this node: as the launcher says (hydra, Open MPI, MVAPICH), so that
+    one rank may ask alone (a study's rank 0 writing its report); else the node split, a
+    collective over COMM_WORLD that every rank must then enter."""
+    size = MPI.COMM_WORLD.Get_size()
+    for var in _LAUNCHER_LOCAL_SIZE_VARS:
+        value = os.environ.get(var, "")
+        if value.isdigit() and 1 <= int(value) <= size:
+            return int(value)
     return _node_rank_and_size()[1]
 
 
@@ -86,7 +99,7 @@ def default_threads() -> int:
 
 def launcher_mismatch() -> str | None:
     """The most common nccl-tests mistake: N processes started, each its own 1-rank MPI world."""
-    size = MPI.COMM_WORLD.Get_size()
+    size = world().Get_size()
     for var in _LAUNCHER_SIZE_VARS:
         value = os.environ.get(var, "")
         if value.isdigit() and int(value) > 1 and size == 1:
@@ -187,8 +200,9 @@ def _version_str(code: int, kind: str) -> str:
     return str(code)
 
 
-def collect() -> dict:
-    """The env block of every report (docs/report.md)."""
+def collect(comm=None) -> dict:
+    """The env block of every report (docs/report.md); its topology is comm's (default the
+    world), which every rank of comm must have asked for once first (topology() is collective)."""
     from importlib import metadata
 
     def pkg(name: str) -> str:
@@ -199,6 +213,7 @@ def collect() -> dict:
 
     info: dict = {
         "gdlbench": __version__,
+        "gdlbench_path": os.path.dirname(os.path.abspath(__file__)),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "mpi": MPI.Get_library_version().strip().splitlines()[0],
@@ -208,9 +223,11 @@ def collect() -> dict:
         "blas_note": blas_note(),
         "cpu": _cpu_model(),
         "cpu_cores": usable_cores(),
-        "world_size": MPI.COMM_WORLD.Get_size(),
+        "world_size": world().Get_size(),
+        "mpi_thread_level": init_mpi().level,
+        "mpi_thread_level_how": init_mpi().how,
         "local_ranks": local_ranks(),
-        "topology": topology() | {"shape": shape(topology())},
+        "topology": topology(comm) | {"shape": shape(topology(comm))},
         "default_threads": default_threads(),
         "cuda_backend": "built" if _cuda is not None else "not available",
         "devices": [{"index": 0, "kind": "cpu", "name": _cpu_model(), "cores": usable_cores()}],

@@ -4,6 +4,7 @@ and checked, untimed, against a float64 reference."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -11,7 +12,7 @@ from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
 
 CPU_DTYPES = ("float32", "float64")
 CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float64")
@@ -25,6 +26,9 @@ _NUMPY_DTYPE = {"float32": np.float32, "float64": np.float64}
 
 @dataclass
 class GemmResult:
+    """One GEMM shape timed: its Measurement, TFLOP/s and the float64 check."""
+
+    command: ClassVar[str] = "gemm"
     m: int
     n: int
     k: int
@@ -90,8 +94,9 @@ def gemm(m: int = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", de
          trans_a: bool = False, trans_b: bool = False, a=None, b=None, seed: int = 1) -> GemmResult:
     """Time C = op(A) @ op(B). Give sizes (random inputs), or arrays `a` and `b` (numpy -> CPU, any
     object with __cuda_array_interface__, e.g. CuPy -> GPU); their shapes then set m, n and k."""
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"gemm: need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    check_timing(iters, warmup, "gemm")
+    if not 0 <= seed < 2**63 - 1:
+        raise UsageError(f"gemm: --seed must be from 0 to 2**63 - 2, got {seed}")
     if (a is None) != (b is None):
         raise UsageError("gemm: give both a and b, or neither")
     if a is not None:

@@ -9,19 +9,22 @@ in the page cache: this measures cached reads plus decode, not a cold disk (say 
 
 from __future__ import annotations
 
-import io
 import json
 import os
+import shutil
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from io import BytesIO
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
+from .paths import require_writable_dir
 
 MANIFEST = "gdlbench-dataset.json"
 FORMAT_VERSION = 1
@@ -46,9 +49,9 @@ def _image(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
     from PIL import Image
 
     coarse = rng.integers(0, 256, size=(max(2, height // 24), max(2, width // 24), 3), dtype=np.uint8)
-    base = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
+    base = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
     mid = rng.integers(0, 256, size=(max(2, height // 4), max(2, width // 4), 3), dtype=np.uint8)
-    detail = np.asarray(Image.fromarray(mid).resize((width, height), Image.BILINEAR), dtype=np.int16) - 128
+    detail = np.asarray(Image.fromarray(mid).resize((width, height), Image.Resampling.BILINEAR), dtype=np.int16) - 128
     grain = rng.normal(0, 13, size=(height, width, 3))
     return np.clip(base + detail // 2 + grain, 0, 255).astype(np.uint8)
 
@@ -62,7 +65,7 @@ class Dataset:
     nbytes: list[int]
     size: tuple[int, int]
     generated: bool = False  # this call wrote the files (False: reused)
-    tmp: tempfile.TemporaryDirectory | None = field(default=None, repr=False)
+    tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
 
     @property
     def total_bytes(self) -> int:
@@ -76,7 +79,7 @@ class Dataset:
         return [self.root / f for f in self.files]
 
     @classmethod
-    def ensure(cls, root: str | os.PathLike | None, images: int = 256, size: tuple[int, int] = DEFAULT_SIZE,
+    def ensure(cls, root: str | os.PathLike[str] | None, images: int = 256, size: tuple[int, int] = DEFAULT_SIZE,
                seed: int = 0) -> Dataset:
         """The dataset in `root` (a temporary directory when None): reused when its manifest holds at
         least `images` images of `size`, otherwise generated."""
@@ -94,8 +97,13 @@ class Dataset:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"io: --dir {root}: cannot create it ({exc.strerror})") from None
-        if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"io: --dir {root}: not a writable directory")
+        if not path.is_dir():
+            raise UsageError(f"io: --dir {root}: not a directory")
+        require_writable_dir(path, f"io: --dir {root}")
+        need, free = images * size[0] * size[1] * 3, shutil.disk_usage(path).free  # at most the raw pixels
+        if need > 0.9 * free:
+            raise UsageError(f"io: {images} images of {size[0]}x{size[1]} need up to {need / 1e9:.3g} GB in {root}, "
+                             f"{free / 1e9:.3g} GB free")
         ds = cls._generate(path, images, size, seed)
         ds.tmp = tmp
         return ds
@@ -112,7 +120,7 @@ class Dataset:
                 return None
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return cls(path, files, nbytes, tuple(size))
+        return cls(path, files, nbytes, (size[0], size[1]))
 
     @classmethod
     def _generate(cls, path: Path, images: int, size: tuple[int, int], seed: int) -> Dataset:
@@ -122,7 +130,7 @@ class Dataset:
 
         def make(i: int) -> tuple[str, int]:
             rng = np.random.default_rng([seed, i])
-            buf = io.BytesIO()
+            buf = BytesIO()
             Image.fromarray(_image(rng, *size)).save(buf, "JPEG", quality=JPEG_QUALITY)
             name = f"img{i:07d}.jpg"
             (path / name).write_bytes(buf.getvalue())
@@ -137,7 +145,7 @@ class Dataset:
         tmp = path / f".{MANIFEST}.tmp"
         tmp.write_text(json.dumps(manifest))
         os.replace(tmp, path / MANIFEST)  # the manifest appears only once every file is there
-        return cls(path, files, nbytes, tuple(size), generated=True)
+        return cls(path, files, nbytes, (size[0], size[1]), generated=True)
 
 
 def _read(path: Path) -> int:
@@ -150,7 +158,7 @@ def _read_decode(path: Path) -> int:
 
     with open(path, "rb") as f:
         data = f.read()
-    with Image.open(io.BytesIO(data)) as im:
+    with Image.open(BytesIO(data)) as im:
         im.draft(None, None)  # no DCT scaling: full-size decode, as a training loader does
         im.load()  # libjpeg decode; Pillow releases the GIL while it runs
     return len(data)
@@ -158,6 +166,9 @@ def _read_decode(path: Path) -> int:
 
 @dataclass
 class IoResult:
+    """One batch read (and decoded) timed: the Measurement, images/s and MB/s."""
+
+    command: ClassVar[str] = "io"
     images: int  # dataset size
     batch: int
     threads: int
@@ -176,7 +187,7 @@ class IoResult:
         """File bytes read per second, 1e6-based (the compressed size, not the decoded pixels)."""
         return float(np.median(self.batch_bytes)) / (self.measurement.median * 1e-6) / 1e6
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"op": "read+decode" if self.decode else "read", "batch": self.batch, "threads": self.threads,
                "images": self.images, "width": self.size[0], "height": self.size[1],
                "mean_file_bytes": self.mean_file_bytes, **self.measurement.to_dict(),
@@ -189,8 +200,9 @@ def time_read(dataset: Dataset, batch: int = 64, threads: int = 4, decode: bool 
               warmup: int = 2) -> IoResult:
     """t_io: wall time of reading (and decoding) one batch of `batch` files with `threads` threads.
     Batches walk through the dataset in order and wrap around."""
-    if batch < 1 or threads < 1 or iters < 1 or warmup < 0:
-        raise UsageError("io: need batch >= 1, threads >= 1, iters >= 1, warmup >= 0")
+    check_timing(iters, warmup, "io")
+    if batch < 1 or threads < 1:
+        raise UsageError(f"io: need batch >= 1 and threads >= 1, got {batch} and {threads}")
     paths = dataset.paths()
     work = _read_decode if decode else _read
     samples, sizes = [], []
@@ -209,6 +221,24 @@ def time_read(dataset: Dataset, batch: int = 64, threads: int = 4, decode: bool 
               "released)" if decode else "") + "; files in the page cache")
     return IoResult(len(paths), batch, threads, decode, dataset.mean_bytes, dataset.size,
                     Measurement(samples, "steady-clock", region), sizes)
+
+
+def io(batch: int = 64, threads: int | None = None, decode: bool = True, *, images: int = 256,
+       size: str | tuple[int, int] = DEFAULT_SIZE, directory: str | os.PathLike[str] | None = None,
+       iters: int = 10, warmup: int = 2) -> IoResult:
+    """t_io (`gdlbench io`): read, and decode unless decode=False, a batch of `batch` JPEG files
+    with `threads` threads (default: the usable cores) from a dataset of `images` files of `size`
+    ('500x375' or (500, 375)), generated once in `directory` and reused (default: a temporary
+    directory, removed afterwards)."""
+    from . import env
+
+    wh = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
+    ds = Dataset.ensure(directory, images, wh)
+    try:
+        return time_read(ds, batch, threads or env.usable_cores(), decode, iters, warmup)
+    finally:
+        if ds.tmp is not None:
+            ds.tmp.cleanup()
 
 
 class BatchReader:

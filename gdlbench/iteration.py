@@ -29,14 +29,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
+from typing import ClassVar
 
 import numpy as np
 
 from . import env
-from ._native import MPI, _core, require_cuda
+from ._native import MPI, _core, require_cuda, require_thread_level
 from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
-from .measurement import Measurement
+from .hostmem import require_device, require_host
+from .measurement import Measurement, check_timing
 from .model import Phases, Prediction, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
@@ -173,6 +175,11 @@ class StrategyRun:
 
 @dataclass
 class IterationResult:
+    """Every phase alone, each layer alone, and per strategy its messages and the composed
+    iteration against the model's prediction."""
+
+    command: ClassVar[str] = "iteration"
+    rank_reduction: ClassVar[str] = "max"
     net: str
     batch: int
     device: str
@@ -182,8 +189,14 @@ class IterationResult:
     phases: dict[str, Measurement]
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
+    io_threads: int | None = None  # threads that read and decode the batch (None: no I/O phase)
     contention: dict[str, Measurement] = field(default_factory=dict)  # compute / comm slowdown per round
     isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
+
+    @property
+    def measurement(self) -> Measurement:
+        """The composed iteration of the first strategy (each run's is runs[i].composed)."""
+        return self.runs[0].composed if self.runs else self.phases["forward"]
 
     def rows(self) -> list[dict]:
         """Phase rows, then per-layer rows, then per strategy its messages and composed iteration."""
@@ -235,7 +248,7 @@ class IterationResult:
                 "phase_table": self.phase_table(),
                 "forward_sum_of_layers_us": sum(la["forward"].median for la in self.layers),
                 "backward_sum_of_layers_us": sum(la["backward"].median for la in self.layers),
-                "overlap_efficiency": self.overlap_efficiency,
+                "overlap_efficiency": self.overlap_efficiency, "io_threads": self.io_threads,
                 "contention": {k: m.median for k, m in self.contention.items()}}
 
     def phases_model(self) -> Phases:
@@ -249,7 +262,7 @@ class IterationResult:
                       layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
                       net=self.net, workers=self.world_size, source="measured",
                       overlap_efficiency=self.overlap_efficiency, compute_slowdown=slow.get("compute_slowdown"),
-                      comm_slowdown=slow.get("comm_slowdown"))
+                      comm_slowdown=slow.get("comm_slowdown"), io_threads=self.io_threads)
 
     def chrome_trace(self) -> dict:
         """The traced iterations in the Chrome trace event format (gdlbench.trace)."""
@@ -263,6 +276,13 @@ class IterationResult:
         return [{"layer": la["name"], "type": la["type"], "forward_us": la["forward"].median,
                  "backward_us": la["backward"].median,
                  "share_pct": 100.0 * (la["forward"].median + la["backward"].median) / total} for la in ranked[:n]]
+
+
+def executor_bytes(net: Network, batch: int) -> int:
+    """What an executor allocates at least: each layer's output and its gradient and the input
+    batch and its staging copy, per sample; parameters, gradients and momentum (float32)."""
+    per_sample = 2 * sum(math.prod(layer.out_shape) for layer in net.layers) + 2 * math.prod(net.input_shape)
+    return 4 * (batch * per_sample + 3 * net.params)
 
 
 def spread_pct(m: Measurement) -> float:
@@ -286,6 +306,10 @@ class Iteration:
     """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
     module docstring), each native call after `warmup` untimed iterations."""
 
+    # The composed run sends gradients from a communication thread while the main thread computes;
+    # the main thread calls MPI (barriers, max over ranks) only while that thread is idle.
+    MPI_THREAD_LEVEL = "serialized"
+
     def __init__(self, net: str | Network = "resnet50", batch: int | None = None, device: str = "auto",
                  strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
                  threads: int | None = None, io: bool = True, io_dir: str | None = None,
@@ -303,15 +327,22 @@ class Iteration:
             self.strategies = [s for s in self.strategies if s.collective != "ps"]
             if not self.strategies:
                 raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
-        if iters < 1 or warmup < 0:
-            raise UsageError(f"need iters >= 1 and warmup >= 0, got {iters} and {warmup}")
+        check_timing(iters, warmup, "iteration")
         self.iters, self.warmup = iters, warmup
         if not (timeout >= 0 and math.isfinite(timeout)):
             raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
         self.timeout = float(timeout)  # a message or iteration without progress this long ends the job
+        need = executor_bytes(self.net, self.batch)
+        what = f"iteration --net {self.net.name} --batch {self.batch}: the executor's buffers (at least)"
+        if self.device == "cuda":
+            require_device(require_cuda(), need, what)
+        else:
+            local = env.local_ranks()
+            require_host(need * local, what + (f", {local} ranks on this node" if local > 1 else ""))
         self.threads = threads or env.default_threads()
         self.io, self.io_dir, self.io_threads = io, io_dir, io_threads
-        self.comm = comm or MPI.COMM_WORLD
+        require_thread_level(self.MPI_THREAD_LEVEL, "the composed iteration (its communication thread)")
+        self.comm = comm or env.world()
         self.progress = progress or (lambda _msg: None)
 
     def overlap_efficiency(self) -> float:
@@ -327,14 +358,15 @@ class Iteration:
         """The loader the iterations call, or None."""
         if not self.io:
             return None
-        from . import io as gio
+        from .io import BatchReader, Dataset  # not `from . import io`: gdlbench.io is the function
 
-        dataset = gio.Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
-        return gio.BatchReader(dataset, self.batch, threads=self.io_threads or self.threads, decode=True)
+        dataset = Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
+        return BatchReader(dataset, self.batch, threads=self.io_threads or self.threads, decode=True)
 
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)
         _core.set_compute_threads(self.threads)
+        _core.keep_freed_memory(1 << 30)  # as `gdlbench allreduce`: MPI's temporary buffers stay mapped
         specs = self.net.layer_specs()
         world = self.comm.Get_size()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
@@ -411,7 +443,8 @@ class Iteration:
                   if k != "io" or reader}
         mid = _median_index([max(t["update_end_us"] for t in ranks) for ranks in iso_traces])
         result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
-                                 overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid])
+                                 overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid],
+                                 io_threads=(self.io_threads or self.threads) if self.io else None)
         if slowdowns:
             result.contention = {
                 "compute_slowdown": Measurement([c for c, _ in slowdowns], clock,

@@ -10,11 +10,13 @@ LAYER_TYPES below (and in csrc/cpu/*.cpp).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .hostmem import require_device, require_host
+from .measurement import Measurement, check_timing
 
 PASSES = ("fwd", "bwd-data", "bwd-filter", "bwd")
 
@@ -36,7 +38,7 @@ LAYER_TYPES: dict[str, tuple[str, str]] = {
 }
 
 # A few real layers, for `gdlbench layer --layer NAME` (batch is the command's --batch).
-BUILTIN: dict[str, dict] = {
+BUILTIN: dict[str, dict[str, Any]] = {
     "alexnet-norm1": {"type": "lrn", "in_shapes": [[96, 55, 55]], "out_shape": [96, 55, 55],
                       "attrs": {"size": 5, "alpha": 1e-4, "beta": 0.75, "k": 1}},
     "alexnet-pool1": {"type": "maxpool", "in_shapes": [[96, 55, 55]], "out_shape": [96, 27, 27],
@@ -61,6 +63,9 @@ BUILTIN: dict[str, dict] = {
 
 @dataclass
 class LayerResult:
+    """One pass of one layer timed: its Measurement and input GB/s."""
+
+    command: ClassVar[str] = "layer"
     name: str
     type: str
     batch: int
@@ -75,11 +80,36 @@ class LayerResult:
         """Input activation bytes / time: a floor on the memory traffic of these memory-bound layers."""
         return self.bytes_in / (self.measurement.median * 1e-6) / 1e9
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"layer": self.name, "type": self.type, "batch": self.batch, "device": self.device,
                "threads": self.threads, "phase": self.pass_, **self.measurement.to_dict(), "input_gbs": self.gbs}
         row.pop("clock"), row.pop("region")
         return row
+
+
+def resolve(layer: str | dict[str, Any]) -> list[dict[str, Any]]:
+    """Layer specs from built-in names ('alexnet-fc6', a comma list, or 'all') or one spec dict."""
+    if isinstance(layer, dict):
+        if "type" not in layer:
+            raise UsageError("layer: a spec needs a 'type' (and in_shapes, out_shape, attrs, param_shapes)")
+        return [layer]
+    names = list(BUILTIN) if layer == "all" else [n.strip() for n in str(layer).split(",") if n.strip()]
+    unknown = [n for n in names if n not in BUILTIN]
+    if unknown or not names:
+        raise UsageError(f"layer: unknown {', '.join(unknown) or repr(layer)} (known: {', '.join(BUILTIN)})")
+    return [{"name": n, **BUILTIN[n]} for n in names]
+
+
+def layer(layer: str | dict[str, Any] = "resnet50-bn2a", batch: int = 32, device: str = "auto",
+          passes: str | tuple[str, ...] = ("fwd", "bwd"), *, iters: int = 20, warmup: int = 5,
+          threads: int | None = None) -> list[LayerResult]:
+    """Time the forward and backward passes of layers other than convolution (`gdlbench layer`):
+    built-in ones by name (a comma list, or 'all') or one spec dict as Network.layer_specs()
+    gives it. passes: 'fwd', 'bwd-data', 'bwd-filter', 'bwd', a tuple or a comma list."""
+    if isinstance(passes, str):
+        passes = tuple(p.strip() for p in passes.split(",") if p.strip())
+    return [r for spec in resolve(layer) for r in time_layer(spec, batch, device, passes, iters=iters,
+                                                                warmup=warmup, threads=threads)]
 
 
 def layer_types(device: str = "cpu") -> list[str]:
@@ -87,15 +117,24 @@ def layer_types(device: str = "cpu") -> list[str]:
     return list((_core if device == "cpu" else require_cuda()).layer_types())
 
 
-def time_layer(spec: dict, batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
+def time_layer(spec: dict[str, Any], batch: int, device: str = "auto", passes: tuple[str, ...] = ("fwd", "bwd"), *,
                iters: int = 20, warmup: int = 5, threads: int | None = None) -> list[LayerResult]:
     """Time each pass of one layer (buffers filled with gdlbench's test data; labels for losses)."""
-    if batch < 1 or iters < 1 or warmup < 0:
-        raise UsageError("layer: need batch >= 1, iters >= 1 and warmup >= 0")
+    check_timing(iters, warmup, "layer")
+    if batch < 1:
+        raise UsageError(f"layer: --batch must be >= 1, got {batch}")
     for p in passes:
         if p not in PASSES:
             raise UsageError(f"layer: pass must be one of {', '.join(PASSES)}, got {p!r}")
     dev, _ = env.resolve_device(device)
+    try:  # inputs, output and their gradients, at least (a malformed spec: the builder says why)
+        need = 8 * batch * (sum(_numel(s) for s in spec["in_shapes"]) + _numel(spec.get("out_shape", [1])))
+    except (KeyError, TypeError, ValueError):
+        need = 0
+    if dev == "cpu":
+        require_host(need, f"layer --batch {batch}")
+    else:
+        require_device(require_cuda(), need, f"layer --batch {batch}")
     if dev == "cpu":
         threads = threads or env.default_threads()
         _core.set_compute_threads(threads)
@@ -110,7 +149,7 @@ def time_layer(spec: dict, batch: int, device: str = "auto", passes: tuple[str, 
                         Measurement(bench.time(p, warmup, iters), clock, region), nbytes) for p in passes]
 
 
-def _numel(shape) -> int:
+def _numel(shape: list[int]) -> int:
     n = 1
     for d in shape:
         n *= int(d)

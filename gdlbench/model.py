@@ -45,16 +45,16 @@ gamma defaults to 0; *_s / *_s_per_byte fields (seconds) are accepted too.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import costmodel
 from .errors import UsageError
 from .network import Network, load_network
+from .paths import read_json
 from .strategies import Strategy
 
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm")
@@ -113,6 +113,19 @@ class CommModel:
             raise UsageError("bandwidths must be > 0")
         gamma = 0.0 if gamma_gbs is None else 1e6 / (gamma_gbs * 1e9)
         return cls(algo, alpha_us, 1e6 / (gbs * 1e9), gamma, source)
+
+    def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> CommModel:
+        """What-if: every link bandwidth times `bandwidth` (beta divided), every latency times
+        `latency` (alpha multiplied), in every regime; the reduction (gamma) unchanged."""
+        for name, v in (("bandwidth", bandwidth), ("latency", latency)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise UsageError(f"link scale: {name} factor must be a number > 0, got {v!r}")
+        if bandwidth == 1 and latency == 1:
+            return self
+        note = f"links scaled: bandwidth x {bandwidth:g}, latency x {latency:g}"
+        return replace(self, alpha_us=self.alpha_us * latency, beta_us_per_byte=self.beta_us_per_byte / bandwidth,
+                       regimes=tuple((m, a * latency, b / bandwidth) for m, a, b in self.regimes),
+                       note="; ".join(x for x in (self.note, note) if x))
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
         return self.allreduce_us(self.formula, m, n, servers)
@@ -202,17 +215,7 @@ def _find_fit(doc: Any, algo: str | None, source: str) -> Any:
 
 def load_comm_model(path: str | Path, algo: str | None = None) -> CommModel:
     """The fit from a saved `gdlbench allreduce --json` file (or a fit's own JSON)."""
-    return CommModel.from_dict(_read_json(path, "--from"), algo, source=str(path))
-
-
-def _read_json(path: str | Path, option: str) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{option} {path}: no such file")
-    try:
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{option} {path}: not valid JSON: {exc}") from None
+    return CommModel.from_dict(read_json(path, "--from"), algo, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,6 +249,7 @@ class Phases:
     # all; 0 (a CPU whose compute threads already fill every core) hides none of it, since the
     # overlapped work then needs the same cores.
     overlap_efficiency: float = 1.0
+    io_threads: int | None = None  # the threads that read and decoded the batch (t_io)
     # Contention measured on this machine (Iteration's contention round): how much slower backward
     # runs while messages go beside it, and how much slower the messages go, as ratios >= 1 of
     # their times alone. None: 2 - overlap_efficiency for both (1: each on resources of its own;
@@ -312,6 +316,10 @@ class Phases:
                 totals[phase] = sum(per_layer.values())
         env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
         workers = env.get("world_size", summary.get("workers", 1))
+        io_threads = summary.get("io_threads")
+        if io_threads is not None and (isinstance(io_threads, bool) or not isinstance(io_threads, int)
+                                       or io_threads < 1):
+            raise UsageError(f"{source}: summary.io_threads must be a positive integer, got {io_threads!r}")
         eta = summary.get("overlap_efficiency", 1.0)
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 1:
             raise UsageError(f"{source}: summary.overlap_efficiency must be a number in [0, 1], got {eta!r}")
@@ -322,11 +330,35 @@ class Phases:
                    net=args.get("net") if isinstance(args.get("net"), str) else None,
                    workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source,
                    overlap_efficiency=float(eta), compute_slowdown=contention.get("compute_slowdown"),
-                   comm_slowdown=contention.get("comm_slowdown"))
+                   comm_slowdown=contention.get("comm_slowdown"), io_threads=io_threads)
+
+    def with_batch(self, batch: int) -> Phases:
+        """What-if: these phases at another per-worker batch. Assumes io, h2d, forward and
+        backward grow linearly with the batch and the update does not change (it touches the
+        parameters only): on a GPU that small batches leave idle this is pessimistic."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise UsageError(f"--batch must be a positive integer, got {batch!r}")
+        k = batch / self.batch
+        return replace(self, batch=batch, forward_us=self.forward_us * k, backward_us=self.backward_us * k,
+                       io_us=self.io_us * k, h2d_us=self.h2d_us * k,
+                       layer_forward_us={n: t * k for n, t in self.layer_forward_us.items()},
+                       layer_backward_us={n: t * k for n, t in self.layer_backward_us.items()},
+                       source=f"{self.source}, scaled from batch {self.batch} to {batch}")
+
+    def with_io_threads(self, threads: int) -> Phases:
+        """What-if: t_io read by `threads` threads instead of the measured io_threads. Assumes
+        reading and decoding scale linearly with threads (as far as there are cores and disk)."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise UsageError(f"--io-threads must be a positive integer, got {threads!r}")
+        if not self.io_threads:
+            raise UsageError(f"--io-threads: {self.source} does not say how many threads read the batch "
+                             "(summary.io_threads)")
+        return replace(self, io_us=self.io_us * self.io_threads / threads, io_threads=threads,
+                       source=f"{self.source}, t_io scaled from {self.io_threads} to {threads} I/O threads")
 
     @classmethod
     def load(cls, path: str | Path) -> Phases:
-        return cls.from_dict(_read_json(path, "--phases"), source=str(path))
+        return cls.from_dict(read_json(path, "--phases"), source=str(path))
 
     @classmethod
     def synthetic(cls, net: Network | str, batch: int, gflops: float = 10_000.0, bwd_ratio: float = 2.0,
@@ -378,7 +410,8 @@ class Phases:
         return {"tool": "gdlbench", "command": "iteration", "args": {"net": self.net, "batch": self.batch},
                 "env": {"world_size": self.workers}, "summary": {"batch": self.batch, "source": self.source,
                                                                   "overlap_efficiency": self.overlap_efficiency,
-                                                                  "contention": self.contention()},
+                                                                  "contention": self.contention(),
+                                                                  "io_threads": self.io_threads},
                 "rows": rows}
 
     def to_dict(self) -> dict:
@@ -386,6 +419,7 @@ class Phases:
                 "backward_us": self.backward_us, "update_us": self.update_us, "comm_us": self.comm_us,
                 "net": self.net, "workers": self.workers, "source": self.source,
                 "overlap_efficiency": self.overlap_efficiency, "contention": self.contention(),
+                "io_threads": self.io_threads,
                 "layers_with_times": {"forward": len(self.layer_forward_us), "backward": len(self.layer_backward_us)}}
 
 
@@ -446,6 +480,36 @@ class Prediction:
             d["timeline"] = self.timeline
             d["message_list"] = [m.to_dict() for m in self.messages]
         return d
+
+
+@dataclass(frozen=True)
+class Compression:
+    """Gradient compression at `ratio` (a message sends bytes / ratio) with an encode cost of
+    `encode_us_per_byte` per byte of the dense gradient, paid before the message is sent (e.g.
+    top-k sparsification, measured by gdlbench.study). The compressed message is priced as an
+    all-reduce of the smaller size: exact for quantisation, optimistic for sparse top-k, whose
+    union of indices grows with the workers."""
+
+    ratio: float
+    encode_us_per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, v, low in (("ratio", self.ratio, 1.0), ("encode cost", self.encode_us_per_byte, 0.0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+                raise UsageError(f"--compress: {name} must be a number >= {low:g}, got {v!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Compression:
+        """RATIO[:COST]: e.g. 100 or 100:2e-4 (COST in us per dense byte)."""
+        ratio, _, cost = str(text).partition(":")
+        try:
+            values = float(ratio), float(cost) if cost else 0.0
+        except ValueError:
+            raise UsageError(f"--compress: expected RATIO[:US_PER_BYTE], e.g. 100:2e-4, got {text!r}") from None
+        return cls(*values)
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "encode_us_per_byte": self.encode_us_per_byte}
 
 
 def make_buckets(sizes: Sequence[int], bucket_bytes: int | None) -> list[list[int]]:
@@ -523,11 +587,13 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
 
 def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                       workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
-                      pull_costs_us: Sequence[float] | None = None) -> Prediction:
+                      pull_costs_us: Sequence[float] | None = None, compress: Compression | None = None) -> Prediction:
     """The model's iteration time for `strategy` on `workers` workers (module docstring).
     message_costs_us replaces the comm model's time of each message of plan_messages() (measured
     times, say; for ps_pull='after_push' the push only, and pull_costs_us the pulls); comm may
-    then be None, unless the pulls still need the model."""
+    then be None, unless the pulls still need the model. dtype_bytes: bytes per gradient value
+    (2 for fp16/bf16 gradients). compress: each message is encoded (its cost per dense byte) and
+    sends 1/ratio of its bytes; the comm model prices the smaller message."""
     net = load_network(net)
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -539,6 +605,11 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     plan = plan_messages(net, strategy, dtype_bytes)
     sizes = [msg["bytes"] for msg in plan]
     names = [tuple(msg["layers"]) for msg in plan]
+    dense = sizes  # what the pulls of parameter servers carry back: parameters, never compressed
+    encode = [0.0] * len(sizes)
+    if compress is not None and message_costs_us is None and workers > 1:  # one worker sends nothing
+        encode = [compress.encode_us_per_byte * m for m in sizes]
+        sizes = [m / compress.ratio for m in sizes]
     # Backward runs the last layer first; a message is ready with the last of its gradients (its
     # lowest layer index), or after the whole backward without overlap.
     order = list(reversed(range(len(net.layers))))
@@ -558,16 +629,17 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
         costs = [float(c) for c in message_costs_us]
         if strategy.collective == "ps" and strategy.ps_pull == "after_push":
             after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
-                                [comm.pull_us(m, n, servers) for m in sizes])
+                                [comm.pull_us(m, n, servers) for m in dense])
     elif strategy.collective == "ps":
         if strategy.ps_pull == "after_push":
             costs = [comm.push_us(m, n, servers) for m in sizes]
-            after_push_pulls = [comm.pull_us(m, n, servers) for m in sizes]
+            after_push_pulls = [comm.pull_us(m, n, servers) for m in dense]
         else:
             costs = [comm.push_us(m, n, servers) + comm.pull_us(m, n, servers) for m in sizes]
     else:
         algo = strategy.algo or comm.formula
         costs = [comm.allreduce_us(algo, m, n) for m in sizes]
+    costs = [c + e for c, e in zip(costs, encode, strict=True)]
     compute_slowdown, comm_slowdown = phases.slowdowns()
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
     backward_end = layer_ends[-1] if layer_ends else 0.0
@@ -630,15 +702,15 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
 
 
 def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
-                    workers: Sequence[int], dtype_bytes: int = 4) -> list[dict]:
+                    workers: Sequence[int], dtype_bytes: int = 4, compress: Compression | None = None) -> list[dict]:
     """Rows per (strategy, N): t_iter_us, images_per_s, speedup S(N) = N t(1)/t(N), efficiency S/N,
     and the exposed phases. t(1) is the same strategy on one worker (no communication)."""
     net = load_network(net)
     rows = []
     for strategy in strategies:
-        base = predict_iteration(net, phases, comm, strategy, 1, dtype_bytes).t_iter_us
+        base = predict_iteration(net, phases, comm, strategy, 1, dtype_bytes, compress=compress).t_iter_us
         for n in workers:
-            p = predict_iteration(net, phases, comm, strategy, n, dtype_bytes)
+            p = predict_iteration(net, phases, comm, strategy, n, dtype_bytes, compress=compress)
             speedup = n * base / p.t_iter_us if p.t_iter_us > 0 else math.nan
             rows.append(p.to_dict() | {"speedup": speedup, "efficiency": speedup / n, "t_iter_1_us": base})
     return rows

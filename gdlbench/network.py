@@ -388,8 +388,10 @@ def builtin_nets() -> list[str]:
 
 
 def _load_path(path: Path) -> dict:
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"--net {path}: no such file")
+    if not path.is_file():
+        raise UsageError(f"--net {path}: not a regular file (expected a .json or .py network spec)")
     if path.suffix == ".json":
         try:
             return json.loads(path.read_text())

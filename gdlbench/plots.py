@@ -7,6 +7,7 @@ matplotlib is imported only when a plot is drawn."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ from typing import Any
 from .errors import UsageError
 
 PHASE_COLOURS = {"io": "#8c8c8c", "h2d": "#bcbd22", "forward": "#1f77b4", "backward": "#ff7f0e",
-                 "comm": "#d62728", "update": "#2ca02c"}
-LANES = ("io", "h2d", "forward", "backward", "comm", "update")
+                 "comm": "#d62728", "wait": "#e8a3a3", "update": "#2ca02c"}
+LANES = ("io", "h2d", "forward", "backward", "comm", "wait", "update")  # wait: for the last messages (a trace's)
 
 
 def require_matplotlib() -> Any:
@@ -88,14 +89,38 @@ def plot_spans(spans: Sequence[dict], path: str | Path, title: str = "one iterat
                t_iter_us: float | None = None) -> Path:
     """Spans {"lane", "name", "start_us", "end_us"} (a Prediction's timeline, or a measured
     iteration's in the same shape) as one bar each in its lane; t_iter_us draws the end line."""
+    return plot_timelines([(title, spans, t_iter_us)], path)
+
+
+def plot_timelines(items: Sequence[tuple[str, Sequence[dict], float | None]], path: str | Path,
+                   title: str | None = None) -> Path:
+    """One panel per (title, spans, t_iter_us), on one time axis: e.g. one measured iteration per
+    strategy, one above the other."""
     plt = require_matplotlib()
-    if not spans:
+    if not items or any(not spans for _, spans, _ in items):
         raise UsageError("plot_spans: nothing to plot")
-    end = max([s["end_us"] for s in spans] + [t_iter_us or 0.0])
+    end = max(max([s["end_us"] for s in spans] + [t or 0.0]) for _, spans, t in items)
     scale, unit = _unit(end)
+    lane_sets = [_lanes(spans) for _, spans, _ in items]
+    heights = [0.55 * len(lanes) + 0.9 for lanes in lane_sets]
+    fig, axes = plt.subplots(len(items), 1, figsize=(10, sum(heights) + 0.9), dpi=110, sharex=True, squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    for k, (ax, (panel_title, spans, t_iter_us), lanes) in enumerate(zip(axes[:, 0], items, lane_sets, strict=True)):
+        _draw_spans(ax, spans, lanes, scale, unit, end, t_iter_us)
+        ax.set_title(f"{title}: {panel_title}" if title and k == 0 else panel_title,
+                     fontsize=9 if len(items) > 1 else 10)
+    axes[-1, 0].set_xlabel(f"time from the start of the iteration ({unit})")
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def _lanes(spans: Sequence[dict]) -> list[str]:
     lanes = [lane for lane in LANES if any(s["lane"] == lane for s in spans)]
-    lanes += sorted({s["lane"] for s in spans} - set(lanes))
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(lanes) + 1.8), dpi=110)
+    return lanes + sorted({s["lane"] for s in spans} - set(lanes))
+
+
+def _draw_spans(ax: Any, spans: Sequence[dict], lanes: list[str], scale: float, unit: str, end: float,
+                t_iter_us: float | None) -> None:
     for row, lane in enumerate(lanes):
         y = len(lanes) - 1 - row
         items = [s for s in spans if s["lane"] == lane]
@@ -117,31 +142,59 @@ def plot_spans(spans: Sequence[dict], path: str | Path, title: str = "one iterat
     ax.set_yticklabels(list(reversed(lanes)))
     ax.set_ylim(-0.6, len(lanes) - 0.1)
     ax.set_xlim(0, end / scale * 1.08)
-    ax.set_xlabel(f"time from the start of the iteration ({unit})")
-    ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return _save(fig, plt, path)
 
 
 def plot_scaling(rows: Sequence[dict], path: str | Path, metric: str = "speedup",
                  title: str = "predicted scaling") -> Path:
     """rows from model.predict_scaling: metric speedup, throughput (images/s) or efficiency
     against N per strategy, log-log for speedup/throughput, with the ideal line."""
+    return plot_scaling_panels(rows, path, metrics=(metric,), title=title)
+
+
+def plot_scaling_panels(rows: Sequence[dict], path: str | Path, metrics: Sequence[str] = ("throughput", "efficiency"),
+                        measured: Sequence[dict] = (), title: str = "predicted scaling") -> Path:
+    """One panel per metric, side by side; `measured` rows ({"strategy", "workers", metric keys})
+    drawn as large open markers apart from the predicted lines."""
     plt = require_matplotlib()
+    if not rows:
+        raise UsageError("plot_scaling: nothing to plot")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(7.5 if len(metrics) == 1 else 11.5, 4.8), dpi=110,
+                             squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        _draw_scaling(ax, rows, metric, measured)
+        if len(metrics) > 1:
+            ax.set_title(metric, fontsize=9)
+    axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if len(metrics) > 1:
+        fig.suptitle(title, fontsize=10)
+    else:
+        axes[0, 0].set_title(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, plt, path)
+
+
+def _draw_scaling(ax: Any, rows: Sequence[dict], metric: str, measured: Sequence[dict]) -> None:
     key = {"speedup": "speedup", "throughput": "images_per_s", "efficiency": "efficiency"}.get(metric)
     if key is None:
         raise UsageError(f"plot_scaling: metric must be speedup, throughput or efficiency, got {metric!r}")
-    if not rows:
-        raise UsageError("plot_scaling: nothing to plot")
     strategies = list(dict.fromkeys(r["strategy"] for r in rows))
     workers = sorted({r["workers"] for r in rows})
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
     markers = "osD^v<>ph*"
+    colours = {}
     for i, name in enumerate(strategies):
         pts = sorted((r["workers"], r[key]) for r in rows if r["strategy"] == name)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], markersize=4,
-                linewidth=1.3, label=name)
+        (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], markersize=4,
+                          linewidth=1.3, label=f"{name} (predicted)" if measured else name)
+        colours[name] = line.get_color()
+    shown = False
+    for m in measured:
+        if m.get(key) is None or m["strategy"] not in colours:
+            continue
+        ax.plot([m["workers"]], [m[key]], marker="*", markersize=14, linestyle="none", markerfacecolor="none",
+                markeredgecolor=colours[m["strategy"]], markeredgewidth=1.6,
+                label=None if shown else "measured (star)")
+        shown = True
     if metric == "speedup":
         ax.plot(workers, workers, color="black", linestyle="--", linewidth=0.9, label="ideal")
     elif metric == "efficiency":
@@ -166,17 +219,17 @@ def plot_scaling(rows: Sequence[dict], path: str | Path, metric: str = "speedup"
     ax.set_xlabel("workers N")
     ax.set_ylabel({"speedup": "speedup S(N) = N t(1)/t(N)", "throughput": "images/s (all workers)",
                    "efficiency": "efficiency S(N)/N"}[metric])
-    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    return _save(fig, plt, path)
 
 
 def _save(fig: Any, plt: Any, path: str | Path) -> Path:
+    """Written whole or not at all: to a temporary name beside it, then renamed."""
     path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
     try:
-        fig.savefig(path)
+        fig.savefig(tmp)
+        os.replace(tmp, path)
     finally:
         plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path

@@ -21,6 +21,8 @@ from rich.table import Table
 
 from . import __version__
 from .errors import UsageError
+from .measurement import NOISE_NOTE
+from .paths import require_writable_dir
 
 
 @dataclass
@@ -31,7 +33,7 @@ class Column:
     key: str
     fmt: str | Callable[[Any], str] = "{}"
 
-    def render(self, row: dict) -> str:
+    def render(self, row: dict[str, Any]) -> str:
         value = row.get(self.key)
         if value is None:
             return "-"
@@ -50,8 +52,11 @@ class OutputFile:
             raise UsageError(f"{option} {path}: is a directory")
         if not parent.is_dir():
             raise UsageError(f"{option} {path}: directory {parent} does not exist")
-        if not os.access(parent, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK)):
+        if self.path.exists() and not self.path.is_file():  # the rename would replace a device node
+            raise UsageError(f"{option} {path}: exists and is not a regular file")
+        if self.path.exists() and not os.access(self.path, os.W_OK):
             raise UsageError(f"{option} {path}: not writable")
+        require_writable_dir(parent, f"{option} {path}")
 
     def write(self, text: str) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent or ".", prefix=f".{self.path.name}.", suffix=".tmp")
@@ -89,14 +94,14 @@ class Report:
     rows, summary, notes."""
 
     command: str
-    args: dict
-    env: dict
-    timing: dict
-    rows: list[dict] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
+    args: dict[str, Any]
+    env: dict[str, Any]
+    timing: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "tool": "gdlbench",
             "version": __version__,
@@ -145,16 +150,40 @@ def set_table_context(text: str) -> None:
     _table_context = text
 
 
-def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict], console: Console | None = None,
-                caption: str | None = None) -> None:
+def _noise_flag(key: str) -> str | None:
+    """The row key that says whether a headline time column is noisy: time_us -> noisy,
+    in_time_us -> in_noisy (Measurement.stats' names)."""
+    for suffix in ("time_us", "time_ms"):
+        if key.endswith(suffix):
+            return key.removesuffix(suffix) + "noisy"
+    return None
+
+
+def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, Any]],
+                console: Console | None = None, caption: str | None = None) -> None:
+    """A rich table on rank 0's stdout; headline times of noisy rows are marked with '!' and
+    the caption says what that means."""
+    cells = []
+    marked = False
+    for row in rows:
+        line = []
+        for col in columns:
+            text = col.render(row)
+            flag = _noise_flag(col.key)
+            if flag and row.get(flag) and row.get(col.key) is not None:
+                text, marked = f"{text} !", True
+            line.append(text)
+        cells.append(line)
+    if marked:
+        caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
     if _table_context:
         title = f"{title} [{_table_context}]"
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
-        text = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
-        table.add_column(col.header, justify="left" if text else "right")
-    for row in rows:
-        table.add_row(*(escape(col.render(row)) for col in columns))
+        words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
+        table.add_column(col.header, justify="left" if words else "right")
+    for line in cells:
+        table.add_row(*(escape(c) for c in line))
     (console or stdout_console()).print(table)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from .errors import UsageError
+from .units import split_list
 
 OVERLAPS = ("none", "wfbp")
 COLLECTIVES = ("allreduce", "ps")
@@ -130,17 +131,12 @@ PRESETS: dict[str, Strategy] = {s.name: s for s in (
 def load_strategy(path: str) -> Strategy:
     """A user's strategy from a JSON file: the Strategy fields, e.g.
     {"name": "my-ddp", "overlap": "wfbp", "bucket_bytes": 52428800, "assumptions": "..."}."""
-    import json
     from dataclasses import fields
     from pathlib import Path
 
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--strategy {path}: no such file")
-    try:
-        doc = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--strategy {path}: not valid JSON: {exc}") from None
+    from .paths import read_json
+
+    doc = read_json(path, "--strategy")
     if not isinstance(doc, dict):
         raise UsageError(f"--strategy {path}: expected an object with the Strategy fields")
     known = {f.name for f in fields(Strategy)}
@@ -148,7 +144,7 @@ def load_strategy(path: str) -> Strategy:
     if unknown:
         raise UsageError(f"--strategy {path}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     doc = {k: v for k, v in doc.items() if k != "describe"}
-    doc.setdefault("name", p.stem)
+    doc.setdefault("name", Path(path).stem)
     types = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
              "bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
              "assumptions": str, "source": str}
@@ -163,7 +159,7 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
     """'all', one preset name, or a comma-separated list (an item ending in .json is a user's
     strategy file, see load_strategy). bucket_bytes / servers override the presets that fuse /
     use servers."""
-    names = list(PRESETS) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    names = list(PRESETS) if text.strip() == "all" else split_list(text, "--strategy")
     if not names:
         raise UsageError("--strategy: give a preset name, a comma-separated list or 'all'")
     out = []

@@ -54,10 +54,47 @@ def parse_count(text: str | int | float, what: str = "count") -> int:
     return int(round(value))
 
 
+_BANDWIDTH_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:([kKMGT])(i?))?(B|b|bit|byte)?(/s|ps)?\s*$")
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+MAX_GBS = 1e6  # 1 PB/s: anything faster is a typo
+BANDWIDTH_FORMS = "12.5 (GB/s), 12.5GB/s, 100Gb/s, 100Gbit/s, 800MB/s, 10GiB/s"
+
+
+def parse_bandwidth(text: str | float, what: str = "--bandwidth") -> float:
+    """A link bandwidth in GB/s (1e9 bytes/s): a bare number is GB/s; with a unit, B is bytes and b
+    or bit is bits (100Gb/s = 12.5 GB/s); K/M/G/T are 1000-based, Ki/Mi/Gi/Ti 1024-based."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = _BANDWIDTH_RE.match(str(text))
+        if not m or (m.group(2) and not m.group(4)):
+            raise UsageError(f"{what}: cannot read {text!r} as a bandwidth (e.g. {BANDWIDTH_FORMS})")
+        number, prefix, binary, unit = float(m.group(1)), m.group(2) or "", m.group(3), m.group(4)
+        if unit is None:
+            value = number  # a bare number: GB/s
+        else:
+            scale = 1024.0 ** (" KMGT".index(prefix.upper())) if binary else _PREFIX[prefix]
+            value = number * scale / (8 if unit in ("b", "bit") else 1) / 1e9
+    if not 0 < value <= MAX_GBS:
+        raise UsageError(f"{what}: must be > 0 and at most {MAX_GBS:g} GB/s, got {text!r}")
+    return value
+
+
+def split_list(text: str, what: str) -> list[str]:
+    """'a, b,c' -> ['a', 'b', 'c']; an empty item ('a,,b', 'a,') is a mistake, not skipped."""
+    items = [x.strip() for x in str(text).split(",")]
+    if not any(items):
+        raise UsageError(f"{what}: nothing given")
+    if not all(items):
+        raise UsageError(f"{what}: empty item in {text!r}")
+    return items
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
     """'1,2,4' -> [1, 2, 4]; each item positive."""
+    items = split_list(text, what)
     try:
-        values = [int(x) for x in str(text).split(",") if x.strip()]
+        values = [int(x) for x in items]
     except ValueError:
         raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
     if not values or any(v <= 0 for v in values):

@@ -9,14 +9,17 @@ writes (STREAM's convention), so their ratio is the fraction of copy bandwidth t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement
+from .measurement import Measurement, check_timing
+from .units import parse_count
 
 BYTES_PER_PARAM = 20
 CHECK_PARAMS = 1 << 16
@@ -25,6 +28,9 @@ TOLERANCE = 1e-6  # max |w - ref| / max(1, |ref|): a few float32 roundings
 
 @dataclass
 class UpdateResult:
+    """The SGD update and a copy of the same traffic, timed in one run; GB/s of both."""
+
+    command: ClassVar[str] = "update"
     params: int
     device: str
     threads: int | None
@@ -34,7 +40,12 @@ class UpdateResult:
     update: Measurement
     copy: Measurement
     copy_bytes: int
-    check: dict | None = field(default=None)
+    check: dict[str, Any] | None = field(default=None)
+
+    @property
+    def measurement(self) -> Measurement:
+        """The update's Measurement (the reference copy's is `copy`)."""
+        return self.update
 
     @property
     def bytes_moved(self) -> int:
@@ -56,7 +67,7 @@ class UpdateResult:
     def passed(self) -> bool:
         return self.check is None or self.check["passed"]
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         base = {"params": self.params, "dtype": "float32", "device": self.device, "threads": self.threads}
         upd = {"op": "sgd-update", **base, "bytes_moved": self.bytes_moved, **self.update.to_dict(),
                "gbs": self.update_gbs, "vs_copy": self.ratio}
@@ -68,11 +79,9 @@ class UpdateResult:
             r.pop("clock"), r.pop("region")
         return [upd, cpy]
 
-    def to_dict(self) -> dict:
-        return {"params": self.params, "device": self.device, "threads": self.threads, "lr": self.lr,
-                "momentum": self.momentum, "weight_decay": self.weight_decay, "bytes_moved": self.bytes_moved,
-                "update": self.update.to_dict(), "copy": self.copy.to_dict(), "copy_bytes": self.copy_bytes,
-                "update_gbs": self.update_gbs, "copy_gbs": self.copy_gbs, "ratio": self.ratio, "check": self.check}
+    def to_dict(self) -> dict[str, Any]:
+        """The update's JSON row (rows() adds the reference copy's)."""
+        return self.rows()[0]
 
 
 def reference(w: np.ndarray, g: np.ndarray, v: np.ndarray, lr: float, momentum: float,
@@ -83,7 +92,7 @@ def reference(w: np.ndarray, g: np.ndarray, v: np.ndarray, lr: float, momentum: 
     return w64 - lr * v_new, v_new
 
 
-def check_kernel(step, lr: float, momentum: float, wd: float, n: int = CHECK_PARAMS, seed: int = 0) -> dict:
+def check_kernel(step: Callable[[np.ndarray, np.ndarray, np.ndarray], object], lr: float, momentum: float, wd: float, n: int = CHECK_PARAMS, seed: int = 0) -> dict[str, Any]:
     """Run `step(w, g, v)` (in place, float32 numpy arrays) and compare with `reference`."""
     rng = np.random.default_rng(seed)
     w, g, v = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
@@ -95,16 +104,19 @@ def check_kernel(step, lr: float, momentum: float, wd: float, n: int = CHECK_PAR
     return {"max_rel_error": err, "tolerance": TOLERANCE, "wrong": wrong, "checked": n, "passed": err <= TOLERANCE}
 
 
-def update(params: int = 25_600_000, device: str = "auto", *, lr: float = 0.01, momentum: float = 0.9,
+def update(params: int | str = 25_600_000, device: str = "auto", *, lr: float = 0.01, momentum: float = 0.9,
            weight_decay: float = 5e-4, iters: int = 20, warmup: int = 5, threads: int | None = None,
            check: bool = True) -> UpdateResult:
-    """Time one SGD step over `params` fp32 parameters and a same-traffic copy, interleaved."""
+    """Time one SGD step over `params` fp32 parameters (an int, or '25.6M' as the CLI's --params)
+    and a copy of the same traffic, interleaved (`gdlbench update`)."""
+    if isinstance(params, str):
+        params = parse_count(params, "update: params")
     if not isinstance(params, (int, np.integer)) or params < 1:
         raise UsageError(f"update: params must be a positive integer, got {params!r}")
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"update: need iters >= 1 and warmup >= 0, got {iters}, {warmup}")
-    if not (lr >= 0 and 0 <= momentum < 1 and weight_decay >= 0):
-        raise UsageError("update: need lr >= 0, 0 <= momentum < 1 and weight_decay >= 0")
+    check_timing(iters, warmup, "update")
+    if not (0 <= lr < float("inf") and 0 <= momentum < 1 and 0 <= weight_decay < float("inf")):
+        raise UsageError(f"update: need finite lr >= 0, 0 <= momentum < 1 and finite weight_decay >= 0, got "
+                         f"{lr}, {momentum}, {weight_decay}")
     dev, _ = env.resolve_device(device)
     total = 32 * params  # w, g, v (12 B/param) + copy source and destination (2 x 10 B/param)
     if dev == "cpu":

@@ -343,7 +343,12 @@ def test_cli_predict_from_fit_and_plots(tmp_path, phases_file, capsys):
     (["--phases", "BAD", "--alpha", "1", "--beta", "1"], "not valid JSON"),
     (["--phases", "PH", "--alpha", "1", "--beta", "1", "--json", "/nonexistent-dir/x.json"], "does not exist"),
     (["--phases", "PH", "--alpha", "1", "--beta", "1", "--plot-strategy", "wfbp"], "--plot-timeline"),
-    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--batch", "4"], "--batch goes without --phases"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--batch", "0"], "--batch must be >= 1"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--compress", "0.5"], "ratio must be"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--link-scale", "2:-1"], "latency factor"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--link-scale", "a"], "BW[:LAT]"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--io-threads", "0"], "--io-threads"),
+    (["--phases", "PH", "--alpha", "1", "--beta", "1", "--compress", "x:y"], "RATIO"),
 ])
 def test_cli_predict_bad_input_exit_2(tmp_path, phases_file, capsys, extra, message):
     (tmp_path / "bad.json").write_text("{oops")

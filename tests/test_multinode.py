@@ -62,9 +62,9 @@ def test_hier_exact_on_every_layout_dtype_and_op(tmp_path, nranks, per_node):
 
 
 def test_hier_variant_switch_is_the_native_one():
-    assert C.hier_variant(cluster.HIER_LEADER_BELOW_BYTES - 1) == "leader"
-    assert C.hier_variant(cluster.HIER_LEADER_BELOW_BYTES) == "rs-ag"
-    assert C._core.HIER_LEADER_BELOW_BYTES == cluster.HIER_LEADER_BELOW_BYTES
+    assert C.hier_variant(costmodel.HIER_LEADER_BELOW_BYTES - 1) == "leader"
+    assert C.hier_variant(costmodel.HIER_LEADER_BELOW_BYTES) == "rs-ag"
+    assert C._core.HIER_LEADER_BELOW_BYTES == costmodel.HIER_LEADER_BELOW_BYTES
 
 
 def test_hier_in_an_iteration_strategy(tmp_path):
@@ -270,3 +270,34 @@ def test_launcher_mismatch_under_slurm_advises_srun_pmi2():
                        timeout=120, env=env, cwd=NEUTRAL_CWD)
     assert p.returncode == 0, p.stderr
     assert "SLURM_NTASKS=2" in p.stderr and "srun --mpi=pmi2" in p.stderr
+
+
+@pytest.mark.parametrize("links", [1, 2])
+def test_two_level_counts_price_every_algorithm_as_written_out_by_hand(links):
+    """costmodel's two-level counts against the formulas written out term by term (docs/model.md),
+    with a gamma per level, a partial last node and both hier variants."""
+    intra = cluster.Link("i", 2.0, 50.0, gamma_us_per_byte=1e-5)
+    inter = cluster.Link("x", 30.0, 2.0, gamma_us_per_byte=4e-5)
+    c = cluster.Cluster(4, intra, inter, links_per_node=links)
+    a1, b1, g1 = 2.0, intra.beta_us_per_byte, 1e-5
+    a2, b2, g2 = 30.0, inter.beta_us_per_byte, 4e-5
+    for n in (8, 14, 32):  # 14: four nodes, the last of 2 workers
+        M, G = math.ceil(n / 4), 4
+        lg, lm, s, f = 2, math.ceil(math.log2(M)), max(1.0, G / links), (n - 1) / n
+        for m in (4096.0, 1e7):
+            want = {
+                "ring": 2 * (n - 1) * (a2 + m / n * b2) + f * m * g2,
+                "rd": lg * (a1 + m * b1 + m * g1) + lm * (a2 + s * m * b2 + m * g2),
+                "tree": 2 * lg * (a1 + m * b1) + lg * m * g1 + 2 * lm * (a2 + m * b2) + lm * m * g2,
+                "library": (2 * lg * a1 + 2 * (G - 1) / G * m * b1 + 2 * lm * a2
+                            + 2 * (M - 1) / M * s * (m / G) * b2 + f * m * g2),
+                "ps": 2 * (a2 + G * (M - 1) / M / links * m * b2) + m * g2,
+                "hier": (2 * lg * (a1 + m * b1) + lg * m * g1
+                         + 2 * lm * a2 + 2 * (M - 1) / M * m * b2 + (M - 1) / M * m * g2) if m < 65536 else
+                        (2 * (G - 1) * a1 + 2 * (G - 1) / G * m * b1 + (G - 1) / G * m * g1
+                         + 2 * lm * a2 + 2 * (M - 1) / M * s * (m / G) * b2 + (M - 1) / M * (m / G) * g2),
+            }
+            for algo, t in want.items():
+                assert math.isclose(c.time_us(algo, m, n), t, rel_tol=1e-12), (algo, n, m)
+    with pytest.raises(UsageError, match="two-level"):
+        c.time_us("reduce_scatter", 1e6, 8)

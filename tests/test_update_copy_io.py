@@ -3,17 +3,18 @@ contract of `gdlbench update`, `gdlbench copy` and `gdlbench io` (bad input: one
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
 import pytest
 from helpers import requires_gpu, run_cli
 
-from gdlbench import copy as gcopy
-from gdlbench import io as gio
-from gdlbench import update as gupdate
 from gdlbench._native import _core
 from gdlbench.cli import main
+
+# The modules (gdlbench.copy, .io, .update are the top-level functions of the same names).
+gcopy, gio, gupdate = (importlib.import_module(f"gdlbench.{m}") for m in ("copy", "io", "update"))
 
 # ---- SGD --------------------------------------------------------------------------------------
 

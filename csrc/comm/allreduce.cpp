@@ -260,13 +260,7 @@ void parameter_server(char* buf, std::size_t count, DType t, Op op, MPI_Comm com
 
 void allreduce(Algo algo, void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm,
                const AllreduceOptions& opt) {
-  int rank = 0, n = 1;
-  GDL_MPI(MPI_Comm_rank(comm, &rank));
-  GDL_MPI(MPI_Comm_size(comm, &n));
-  if (algo == Algo::ps)
-    GDL_REQUIRE(opt.servers >= 1 && opt.servers <= n, "ps: servers must be between 1 and the number of ranks (",
-                n, "), got ", opt.servers);
-  if (algo == Algo::library) {
+  if (algo == Algo::library) {  // first: nothing else in the timed call, as in a bare MPI loop
 #if MPI_VERSION >= 4
     GDL_MPI(MPI_Allreduce_c(MPI_IN_PLACE, buf, static_cast<MPI_Count>(count), mpi_datatype(dtype),
                             mpi_op(dtype, op), comm));
@@ -276,6 +270,12 @@ void allreduce(Algo algo, void* buf, std::size_t count, DType dtype, Op op, MPI_
 #endif
     return;
   }
+  int rank = 0, n = 1;
+  GDL_MPI(MPI_Comm_rank(comm, &rank));
+  GDL_MPI(MPI_Comm_size(comm, &n));
+  if (algo == Algo::ps)
+    GDL_REQUIRE(opt.servers >= 1 && opt.servers <= n, "ps: servers must be between 1 and the number of ranks (",
+                n, "), got ", opt.servers);
   if (n == 1 || count == 0) return;
   char* b = static_cast<char*>(buf);
   switch (algo) {

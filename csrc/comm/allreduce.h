@@ -3,9 +3,10 @@
 //
 // The reusable API: every function works on a caller's buffer, calls no Python and holds no
 // global state except the cached MPI datatypes/ops for float16/bfloat16 (created on first use).
-// Callers that run collectives from several threads at once (a communication thread beside the
-// main one) must give each thread its own communicator (MPI_Comm_dup): the algorithms use fixed
-// tags. MPI must be initialised with MPI_THREAD_MULTIPLE for that (mpi4py does).
+// A caller that runs collectives from a second thread (the iteration's communication thread)
+// needs MPI_THREAD_SERIALIZED if the threads take turns, as gdlbench's do; at the same time, it
+// needs MPI_THREAD_MULTIPLE and one communicator per thread (MPI_Comm_dup): the algorithms use
+// fixed tags.
 #pragma once
 #include <mpi.h>
 

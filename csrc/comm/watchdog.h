@@ -1,11 +1,15 @@
 // A watchdog for collectives: if a rank dies or hangs, the survivors sit in MPI forever. While a
-// Watchdog::Scope is alive, a helper thread checks every 50 ms that kick() was called within the
-// last `timeout_s` seconds; if not, it prints one line on stderr and calls MPI_Abort, which ends
-// the whole job with a non-zero status. Needs MPI_THREAD_MULTIPLE (mpi4py's default).
+// Watchdog::Scope is alive, a helper thread checks that kick() was called within the last
+// `timeout_s` seconds (every timeout/20, from 50 ms to 1 s: each wake-up takes a core from a rank
+// busy-polling in MPI on a small machine); if not, it prints one line on stderr and ends the job
+// with a non-zero status. It calls MPI only where MPI lets a second thread do so (MPI_Abort under
+// MPI_THREAD_MULTIPLE); at lower levels it ends its own process with _Exit and the launcher
+// (mpiexec, srun) ends the other ranks, so any thread level from FUNNELED up works.
 // Header-only, so both native modules (_core for MPI, _cuda for NCCL) carry it.
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -45,6 +49,8 @@ struct State {
   int depth = 0;         // live scopes
   double timeout_s = 0;
   std::string what;
+  int rank = -1;              // of MPI_COMM_WORLD, read by the arming thread
+  bool may_abort = false;     // MPI_THREAD_MULTIPLE: the helper thread may call MPI_Abort
   std::atomic<long long> last_kick_ns{0};
 };
 
@@ -61,20 +67,19 @@ inline void loop() {
   watchdog_detail::State& s = watchdog_detail::state();
   std::unique_lock<std::mutex> lock(s.mu);
   while (true) {
-    s.cv.wait_for(lock, std::chrono::milliseconds(50));
+    const double poll_s = s.depth ? std::min(1.0, std::max(0.05, s.timeout_s / 20)) : 1.0;
+    s.cv.wait_for(lock, std::chrono::duration<double>(poll_s));
     if (s.depth == 0) continue;
     const double idle = (now_ns() - s.last_kick_ns.load(std::memory_order_relaxed)) * 1e-9;
     if (idle > s.timeout_s) {
-      int rank = -1, initialized = 0, finalized = 0;
-      MPI_Initialized(&initialized);
-      MPI_Finalized(&finalized);
-      if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
       std::fprintf(stderr,
                    "[rank %d] gdlbench: error: %s made no progress for %.0f s (--timeout): another rank "
                    "died or hangs; aborting the job\n",
-                   rank, s.what.c_str(), s.timeout_s);
+                   s.rank, s.what.c_str(), s.timeout_s);
       std::fflush(stderr);
-      if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
+      int finalized = 0;
+      MPI_Finalized(&finalized);  // callable from any thread
+      if (s.may_abort && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
       std::_Exit(3);
     }
   }
@@ -87,7 +92,13 @@ inline Watchdog::Scope::Scope(double timeout_s, std::string what) {
   watchdog_detail::State& s = watchdog_detail::state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.depth == 0 || timeout_s < s.timeout_s) s.timeout_s = timeout_s;
-  if (s.depth == 0) s.what = std::move(what);
+  if (s.depth == 0) {
+    s.what = std::move(what);
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
+    s.may_abort = provided == MPI_THREAD_MULTIPLE;
+  }
   ++s.depth;
   s.last_kick_ns.store(watchdog_detail::now_ns());
   if (!s.running) {

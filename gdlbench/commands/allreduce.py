@@ -9,22 +9,30 @@ import sys
 
 from .. import collectives as C
 from .. import costmodel, env
-from ..cli import common_options
+from .._native import MPI
+from ..cli import common_options, one_line
+from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
-from ..units import SIZE_CONVENTION, format_bytes, parse_size
+from ..report import Column, OutputFile, Progress, fmt_float, print_table
+from ..units import SIZE_CONVENTION, format_bytes, parse_size, split_list
 
 MAX_ROWS = 4096
 
 
-def _list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
-    items = [x.strip() for x in str(text).split(",") if x.strip()]
+def _list(text: str, allowed: tuple[str, ...], what: str, alias=lambda x: x) -> list[str]:
+    """The items of a comma list, each in `allowed` (after `alias`), or every one for "all"."""
+    items = [alias(x) for x in split_list(text, what)]
     if items == ["all"]:
         return list(allowed)
     bad = [x for x in items if x not in allowed]
     if not items or bad:
         raise UsageError(f"{what}: unknown {', '.join(bad) or repr(text)} (choose from {', '.join(allowed)}, or all)")
     return list(dict.fromkeys(items))
+
+
+def _short_algo(name: str) -> str:
+    """The short name of an algorithm given in its long form (recursive_doubling: rd)."""
+    return costmodel.canonical(name) if costmodel.known(name) else name
 
 
 def make(collective: str):
@@ -86,7 +94,7 @@ def make(collective: str):
             _check_memory(collective, plan, nranks, comm)
         except UsageError as exc:  # argv and N are the same on every rank: all stop here, rank 0 says why
             if env.rank() == 0:
-                print(f"gdlbench {collective}: error: {exc}", file=sys.stderr, flush=True)
+                print(f"gdlbench {collective}: error: {one_line(exc)}", file=sys.stderr, flush=True)
             return 2
         return _run(collective, args, plan, comm)
 
@@ -94,10 +102,13 @@ def make(collective: str):
 
 
 def sweep_sizes(args: argparse.Namespace) -> list[int]:
+    factor = args.step_factor
+    if not 1 <= factor < float("inf"):
+        raise UsageError(f"--step-factor must be a finite number >= 1, got {factor}")
     if args.size is not None:
         if args.min_bytes is not None or args.max_bytes is not None:
             raise UsageError("give --size or -b/-e, not both")
-        sizes = [parse_size(x.strip(), "--size") for x in str(args.size).split(",") if x.strip()]
+        sizes = [parse_size(x, "--size") for x in split_list(args.size, "--size")]
         if not sizes:
             raise UsageError("--size: no size given")
         return sizes
@@ -108,9 +119,6 @@ def sweep_sizes(args: argparse.Namespace) -> list[int]:
     hi = hi if hi is not None else max(lo, default)
     if hi < lo:
         raise UsageError(f"--max-bytes ({hi}) is smaller than --min-bytes ({lo})")
-    factor = args.step_factor
-    if not factor >= 1 or factor != factor:
-        raise UsageError(f"--step-factor must be >= 1, got {factor}")
     step = parse_size(args.step_bytes, "--step-bytes")
     sizes, s = [], lo
     while s <= hi:
@@ -128,7 +136,8 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
     sizes = sweep_sizes(args)
     dtypes = _list(args.dtype, C.DTYPES, "--dtype")
     ops = _list(args.op, C.OPS, "--op") if kind.reduces else [None]
-    algos = _list(args.algo, kind.algos, "--algo") if len(kind.algos) > 1 else list(kind.algos)
+    algos = (_list(args.algo, kind.algos, "--algo", _short_algo) if len(kind.algos) > 1
+             else list(kind.algos))
     servers = getattr(args, "servers", 1)
     root = getattr(args, "root", 0)
     mode = getattr(args, "mode", "in")
@@ -149,11 +158,11 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
     fit_min = 0
-    if fit and str(args.fit_min).strip() != "0":
+    if collective == "allreduce" and str(args.fit_min).strip() != "0":
         fit_min = parse_size(args.fit_min, "--fit-min")
     if fit and len({s for s in sizes if s >= fit_min}) < 2:
         raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
-    if fit and not 1 <= args.fit_regimes <= 8:
+    if collective == "allreduce" and not 1 <= args.fit_regimes <= 8:
         raise UsageError(f"--fit-regimes must be between 1 and 8, got {args.fit_regimes}")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
@@ -213,10 +222,20 @@ def _table_rows(results: list[C.CollectiveResult], waived: list[C.WaivedRow]) ->
         row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
                                       "algo": C.algo_label(r.algo, r.servers, r.variant), "root": r.root})
         tag = "in" if r.inplace else "out"
-        row.update({f"{tag}_time_us": r.time_us, f"{tag}_time_us_p95": r.measurement.p95,
+        row.update({f"{tag}_time_us": r.time_us, f"{tag}_noisy": r.measurement.noisy,
+                    f"{tag}_time_us_p95": r.measurement.p95,
                     f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
         row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
     return list(merged.values()) + [{"dtype": w.dtype, "op": w.op, "algo": f"{w.algo} (waived)"} for w in waived]
+
+
+def table(results: list) -> tuple[list[Column], list[dict]]:
+    """The nccl-tests table: out-of-place and in-place side by side, then the waived rows
+    (gdlbench.Compare's hook)."""
+    measured = [r for r in results if isinstance(r, C.CollectiveResult)]
+    waived = [r for r in results if isinstance(r, C.WaivedRow)]
+    modes = tuple(sorted({r.inplace for r in measured}))
+    return _columns(results[0].collective, modes), _table_rows(measured, waived)
 
 
 def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
@@ -266,20 +285,18 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     if gamma_note:
         notes.append(gamma_note)
     notes += [f"waived (not run): {why}" for why in dict.fromkeys(w.waived for w in plan["waived"])]
-    report = Report(
-        collective, vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
-        env.collect() if is_root else {},
-        {"clock": "steady-clock", "region": region, "rank_reduction": "max",
-         "rank_reduction_detail": "each iteration's time is the max over ranks (MPI_Allreduce MAX)",
-         "busbw_factor": C.kind(collective).bus_factor_formula},
-        rows=[r.to_dict() for r in results] + [w.to_dict() for w in plan["waived"]],
+    report = Compare(
+        [*results, *plan["waived"]], args=vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
+        timing={"clock": "steady-clock", "region": region, "rank_reduction": "max",
+                "rank_reduction_detail": "each iteration's time is the max over ranks (MPI_Allreduce MAX)",
+                "busbw_factor": C.kind(collective).bus_factor_formula},
         summary={"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
                  "rows_with_wrong": wrong_rows if args.check else None,
                  "rows_waived": len(plan["waived"]),
                  "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
                  **({"fit": [f.to_dict() for f in fits]} if plan["fit"] and not levels else {}),
                  **({"fit": {"whole": [f.to_dict() for f in fits], "levels": levels}} if levels else {})},
-        notes=notes)
+        notes=notes, comm=comm).report()
     if is_root:
         _print(collective, args, plan, results, fits, report, nranks)
         if levels:
@@ -300,7 +317,7 @@ def _fit(results, plan, comm):
         # the link alone; with one sweep at fixed N the two cannot be separated otherwise.
         dtype, op = plan["dtypes"][0], plan["ops"][0] or "sum"
         local = C.reduction_gamma_us_per_byte(dtype, op)
-        gamma = comm.allreduce(local, op=C.MPI.MAX)
+        gamma = comm.allreduce(local, op=MPI.MAX)
         gamma_note = (f"gamma measured separately: local {dtype} {op} reduction of 16 MiB, "
                       f"{gamma * 1e3:.4f} ns/B (max over ranks); beta is fitted with gamma held fixed")
         fits = C.fit_results([r for r in results if r.dtype == dtype and r.op == plan["ops"][0]],
@@ -329,7 +346,7 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     gamma = next((f.gamma_us_per_byte for f in fits if f.gamma_us_per_byte is not None), None)
     out: dict = {}
     for level, sub in (("intra", node), ("inter", cross)):
-        active = sub != C.MPI.COMM_NULL and (level == "intra" or C._core.topology(comm)["local_rank"] == 0)
+        active = sub != MPI.COMM_NULL and (level == "intra" or C._core.topology(comm)["local_rank"] == 0)
         rows = []
         if active and sub.Get_size() > 1:
             for size in plan["sizes"]:
@@ -423,7 +440,7 @@ def _print(collective, args, plan, results, fits, report, nranks):
              f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
     caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
                f"busbw = algbw x {report.timing['busbw_factor']}; GB/s = 1e9 B/s")
-    print_table(title, _columns(collective, plan["modes"]), _table_rows(results, plan["waived"]), caption=caption)
+    print_table(title, *table([*results, *plan["waived"]]), caption=caption)
     bad = sum(1 for r in results if r.wrong)
     lines = [f"backend {plan['backend']} ({plan['backend_why']})",
              f"timed region: {report.timing['region']}",

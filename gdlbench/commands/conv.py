@@ -10,9 +10,10 @@ import argparse
 
 from .. import conv_layers, env
 from ..cli import common_options
+from ..compare import Compare
 from ..conv import CPU_DTYPES, CUDA_DTYPES, ConvShape, conv
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..report import Column, OutputFile, Progress, fmt_float
 from ..units import format_bytes, parse_size
 
 
@@ -142,12 +143,6 @@ def run(args: argparse.Namespace) -> int:
                   warmup=args.warmup, threads=args.threads, check=args.check, layer=name, count=count)
         results += rs
         progress.step(f"{rs[0].layer}: " + ", ".join(f"{r.pass_} {r.tflops:.3f}" for r in rs) + " TFLOP/s")
-    rows = []
-    for r in results:
-        d = r.to_dict()
-        d["hw"] = f"{r.shape.h}x{r.shape.w}"
-        d["rs"] = f"{r.shape.r}x{r.shape.s}"
-        rows.append(d)
     summary = {}
     if args.net:
         for p in {r.pass_ for r in results}:
@@ -157,10 +152,6 @@ def run(args: argparse.Namespace) -> int:
                     best[r.layer] = min(best.get(r.layer, float("inf")), r.count * r.measurement.median)
             summary[f"{p}_total_us"] = sum(best.values())
     clock = results[0].measurement.clock
-    report = Report("conv", vars(args) | {"device": device, "workspace_limit_bytes": limit},
-                    env.collect() if is_root else {},
-                    {"clock": clock, "region": results[0].measurement.region, "rank_reduction": "none (this rank)"},
-                    rows=rows, summary=summary)
     threads = f", {results[0].threads} threads" if device == "cpu" else ""
     chk = next((r.check for r in results if r.check), None)
     caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} iterations after "
@@ -169,10 +160,9 @@ def run(args: argparse.Namespace) -> int:
                   f"max |out-ref|/ref(|in|) <= {chk['tolerance']:g}" if chk else "")
                + "".join(f"; {k.removesuffix('_total_us')} total {v / 1e3:.2f} ms (layers x count)"
                          for k, v in sorted(summary.items())))
-    if is_root:
-        print_table(f"gdlbench conv ({args.dtype}, {args.layout if device == 'cuda' else 'nchw'})", COLUMNS, rows,
-                    caption=caption)
-        report.write(json_out, csv_out)
+    Compare(results, title=f"gdlbench conv ({args.dtype}, {args.layout if device == 'cuda' else 'nchw'})",
+            caption=caption, args=vars(args) | {"device": device, "workspace_limit_bytes": limit},
+            summary=summary).emit(json_out, csv_out)
     if not all(r.passed for r in results):
         raise CheckFailed("convolution results differ from the float64 reference beyond the tolerance")
     return 0

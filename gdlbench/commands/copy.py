@@ -6,9 +6,10 @@ import argparse
 
 from .. import env
 from ..cli import common_options
+from ..compare import Compare
 from ..copy import CPU_NOTE, copy, plan
 from ..errors import CheckFailed
-from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..report import Column, OutputFile, Progress, fmt_float
 from ..units import SIZE_CONVENTION, format_bytes, parse_size
 
 COLUMNS = [
@@ -51,17 +52,13 @@ def run(args: argparse.Namespace) -> int:
     region = ("one sample = --copies back-to-back copies between CUDA events, queued behind a kernel that holds the "
               "stream until all are enqueued (nvbandwidth's method)" if device == "cuda"
               else f"one sample = --copies memcpys between touched host buffers ({results[0].threads} threads)")
-    report = Report("copy", vars(args) | {"device": device, "size_bytes": size}, env.collect() if is_root else {},
-                    {"clock": clock, "region": region, "rank_reduction": "none (this rank)"},
-                    rows=[r.to_dict() for r in results],
-                    notes=[CPU_NOTE] if device == "cpu" else [])
     caption = (f"device {device} ({why}); clock {clock}; median of {args.iters} samples after {args.warmup} warm-up; "
                f"GB/s = bytes x copies / 1e9 / s (nvbandwidth); data verified after the timed copies; {SIZE_CONVENTION}")
     if device == "cpu":
         caption += f". {CPU_NOTE} (the same memcpy for every direction)"
-    if is_root:
-        print_table(f"gdlbench copy ({format_bytes(size)})", COLUMNS, report.rows, caption=caption)
-        report.write(json_out, csv_out)
+    Compare(results, title=f"gdlbench copy ({format_bytes(size)})", caption=caption,
+            args=vars(args) | {"device": device, "size_bytes": size}, notes=[CPU_NOTE] if device == "cpu" else [],
+            timing={"clock": clock, "region": region, "rank_reduction": "none (this rank)"}).emit(json_out, csv_out)
     if not all(r.passed for r in results):
         raise CheckFailed("copied data differ from the source")
     return 0

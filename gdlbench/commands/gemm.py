@@ -6,9 +6,10 @@ import argparse
 
 from .. import env
 from ..cli import common_options
+from ..compare import Compare
 from ..errors import CheckFailed, UsageError
 from ..gemm import gemm, validate_shape
-from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..report import Column, OutputFile, Progress, fmt_float
 
 COLUMNS = [
     Column("m", "m"), Column("n", "n"), Column("k", "k"), Column("dtype", "dtype"),
@@ -79,19 +80,13 @@ def run(args: argparse.Namespace) -> int:
         results.append(r)
         progress.step(f"{m}x{n}x{k}: {r.tflops:.3f} TFLOP/s")
     clock = results[0].measurement.clock
-    report = Report(
-        "gemm", vars(args) | {"device": device}, env.collect() if is_root else {},
-        {"clock": clock, "region": results[0].measurement.region, "rank_reduction": "none (this rank)"},
-        rows=[r.to_dict() for r in results])
     threads = f", {results[0].threads} BLAS threads" if device == "cpu" else ""
     tol = results[0].check["tolerance"] if results[0].check else None
     caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} iterations "
                f"after {args.warmup} warm-up; TFLOP/s = 2mnk/t"
                + (f"; check: max |C-R|/(|A||B|) <= {tol:g} vs float64, {results[0].check['checked_rows']} rows" if tol else ""))
-    if is_root:
-        print_table(f"gdlbench gemm ({args.dtype}, {'A^T' if args.ta else 'A'} @ {'B^T' if args.tb else 'B'})",
-                    COLUMNS, report.rows, caption=caption)
-        report.write(json_out, csv_out)
+    Compare(results, title=f"gdlbench gemm ({args.dtype}, {'A^T' if args.ta else 'A'} @ {'B^T' if args.tb else 'B'})",
+            caption=caption, args=vars(args) | {"device": device}).emit(json_out, csv_out)
     if not all(r.passed for r in results):
         raise CheckFailed("GEMM results differ from the float64 reference beyond the tolerance")
     return 0

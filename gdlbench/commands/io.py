@@ -6,9 +6,10 @@ import argparse
 
 from .. import env
 from ..cli import common_options
+from ..compare import Compare
 from ..errors import UsageError
 from ..io import DEFAULT_SIZE, Dataset, parse_image_size, time_read
-from ..report import Column, OutputFile, Report, fmt_float, print_table
+from ..report import Column, OutputFile, fmt_float
 
 COLUMNS = [
     Column("op", "op"), Column("batch", "batch"), Column("threads", "threads"),
@@ -34,8 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     size = parse_image_size(args.size)
-    if args.images < 1 or args.batch < 1:
-        raise UsageError(f"--images and --batch must be >= 1, got {args.images} and {args.batch}")
+    if not (1 <= args.images <= 10**7 and 1 <= args.batch <= 10**6):
+        raise UsageError(f"--images must be >= 1 and at most 10,000,000, --batch >= 1 and at most 1,000,000; got "
+                         f"{args.images} and {args.batch}")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     threads = args.threads or env.usable_cores()
@@ -46,18 +48,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if ds.tmp is not None:
             ds.tmp.cleanup()
-    is_root = env.rank() == 0
-    report = Report("io", vars(args) | {"threads": threads}, env.collect() if is_root else {},
-                    {"clock": "steady-clock", "region": results[0].measurement.region + " (Python time.perf_counter)",
-                     "rank_reduction": "none (this rank)"},
-                    rows=[r.to_dict() for r in results],
-                    summary={"dataset": str(args.dir) if args.dir else "temporary", "generated": ds.generated,
-                             "images": len(ds.files), "total_bytes": ds.total_bytes})
     where = f"{args.dir} ({'generated' if ds.generated else 'reused'})" if args.dir else "a temporary directory"
     caption = (f"{len(ds.files)} JPEG files of {size[0]}x{size[1]} in {where}, mean {ds.mean_bytes / 1e3:.1f} KB; "
                f"timed in Python threads (Pillow's libjpeg decode releases the GIL); files in the page cache; "
                f"median of {args.iters} batches after {args.warmup} warm-up; MB/s = file bytes / 1e6 / s")
-    if is_root:
-        print_table("gdlbench io (t_io)", COLUMNS, report.rows, caption=caption)
-        report.write(json_out, csv_out)
+    Compare(results, title="gdlbench io (t_io)", caption=caption, args=vars(args) | {"threads": threads},
+            timing={"clock": "steady-clock", "region": results[0].measurement.region + " (Python time.perf_counter)",
+                    "rank_reduction": "none (this rank)"},
+            summary={"dataset": str(args.dir) if args.dir else "temporary", "generated": ds.generated,
+                     "images": len(ds.files), "total_bytes": ds.total_bytes}).emit(json_out, csv_out)
     return 0

@@ -9,12 +9,14 @@ import json
 from .. import env
 from ..cli import common_options
 from ..collectives import DEFAULT_TIMEOUT_S
+from ..compare import Compare
 from ..errors import UsageError
 from ..iteration import Iteration, IterationResult, spread_pct
-from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
+from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 
 DEFAULT_STRATEGIES = "serial,prefetch,wfbp,wfbp-fusion"
+MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL  # the CLI initialises MPI at this level
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,10 +68,28 @@ STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages
                     Column("img/s total", "ips_total", fmt_float(2))]
 
 
+def strategy_rows(r: IterationResult) -> list[dict]:
+    """Per strategy: the model's prediction against the composed run."""
+    rows = []
+    for run in r.runs:
+        c = run.composed
+        rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
+                     "comm_ms": sum(m.median for m in run.message_times) / 1e3,
+                     "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
+                     "error_pct": run.error_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
+                     "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
+    return rows
+
+
+def table(results: list[IterationResult]) -> tuple[list[Column], list[dict]]:
+    """The strategy table (gdlbench.Compare's hook)."""
+    return STRATEGY_COLUMNS, [row for r in results for row in strategy_rows(r)]
+
+
 def print_result(r: IterationResult, it: Iteration) -> None:
     serial = sum(m.median for k, m in r.phases.items())
     phase_rows = [{"phase": k, "time_ms": m.median / 1e3, "p95_ms": m.p95 / 1e3, "time_cv": m.cv,
-                   "share_pct": 100 * m.median / serial} for k, m in r.phases.items()]
+                   "share_pct": 100 * m.median / serial, "noisy": m.noisy} for k, m in r.phases.items()]
     console = stdout_console()
     console.print(f"gdlbench iteration: {r.net}, batch {r.batch} per worker, {r.world_size} worker(s), device "
                   f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
@@ -80,14 +100,7 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                         "before each; multi-rank phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
-    rows = []
-    for run in r.runs:
-        c = run.composed
-        rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
-                     "comm_ms": sum(m.median for m in run.message_times) / 1e3,
-                     "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
-                     "error_pct": run.error_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
-                     "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
+    rows = strategy_rows(r)
     notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
     print_table("composed iteration per strategy: the model (from the phases above) against the real run",
                 STRATEGY_COLUMNS, rows,
@@ -138,16 +151,19 @@ def run(args: argparse.Namespace) -> int:
     if not root:
         return 0
     print_result(result, it)
-    report = Report("iteration", vars(args) | {"net": result.net, "batch": result.batch, "device": result.device},
-                    env.collect(), {"clock": "steady-clock" if result.device == "cpu" else
-                                    "cuda-events (phases), steady-clock (messages, composed iteration)",
-                                    "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
-                                              "exposed comm + update", "rank_reduction": "max"},
-                    rows=result.rows(),
-                    summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
+    layer_names = [la["name"] for la in result.layers]
+    report = Compare([result], args=vars(args) | {"net": result.net, "batch": result.batch, "device": result.device},
+                     timing={"clock": "steady-clock" if result.device == "cpu" else
+                             "cuda-events (phases), steady-clock (messages, composed iteration)",
+                             "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
+                                       "exposed comm + update", "rank_reduction": "max"},
+                     summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
                                               "top_layers": result.top_layers(),
                                               "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
-                                                              for run in result.runs}})
+                                                              for run in result.runs},
+                                              "measured_timelines": {
+                                                  run.strategy.name: vars(run.measured_timeline(layer_names))
+                                                  for run in result.runs}}).report()
     report.write(outputs.get("--json"), outputs.get("--csv"))
     if args.trace:
         outputs["--trace"].write(json.dumps(result.chrome_trace()))
@@ -161,7 +177,6 @@ def run(args: argparse.Namespace) -> int:
 
         wfbp = [run for run in result.runs if run.strategy.overlap == "wfbp"]
         run_ = (wfbp or result.runs)[-1]
-        names = [la["name"] for la in result.layers]
-        plot_timeline(run_.measured_timeline(names), outputs["--plot-timeline"].path,
+        plot_timeline(run_.measured_timeline(layer_names), outputs["--plot-timeline"].path,
                       title=f"{result.net} measured, {run_.strategy.name}, {result.world_size} worker(s)")
     return 0

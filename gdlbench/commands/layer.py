@@ -7,9 +7,10 @@ import json
 
 from .. import env
 from ..cli import common_options
+from ..compare import Compare
 from ..errors import UsageError
-from ..layers import BUILTIN, PASSES, time_layer
-from ..report import Column, OutputFile, Report, fmt_float, print_table
+from ..layers import BUILTIN, PASSES, layer, resolve
+from ..report import Column, OutputFile, fmt_float
 
 COLUMNS = [
     Column("layer", "layer"), Column("type", "type"), Column("batch", "batch"), Column("phase", "phase"),
@@ -29,38 +30,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if bool(args.layer) == bool(args.spec):
         raise UsageError("give --layer NAME or --spec JSON (one of them)")
+    which: str | dict = args.layer
     if args.spec:
         try:
-            specs = [json.loads(args.spec)]
+            which = json.loads(args.spec)
         except json.JSONDecodeError as exc:
             raise UsageError(f"--spec: not JSON: {exc.msg}") from None
-        if not isinstance(specs[0], dict) or "type" not in specs[0]:
+        if not isinstance(which, dict) or "type" not in which:
             raise UsageError("--spec: expected a JSON object with a 'type'")
-    else:
-        names = list(BUILTIN) if args.layer == "all" else [n.strip() for n in args.layer.split(",")]
-        unknown = [n for n in names if n not in BUILTIN]
-        if unknown:
-            raise UsageError(f"--layer: unknown {', '.join(unknown)} (known: {', '.join(BUILTIN)})")
-        specs = [{"name": n, **BUILTIN[n]} for n in names]
-    passes = tuple(x.strip() for x in args.passes.split(",") if x.strip())
+    resolve(which)  # bad names fail before any file is checked
     if args.batch < 1:
         raise UsageError(f"--batch must be >= 1, got {args.batch}")
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     device, why = env.resolve_device(args.device)
-    results = []
-    for s in specs:
-        results += time_layer(s, args.batch, device, passes, iters=args.iters, warmup=args.warmup,
-                              threads=args.threads)
-    is_root = env.rank() == 0
+    results = layer(which, args.batch, device, args.passes, iters=args.iters, warmup=args.warmup,
+                    threads=args.threads)
     clock = results[0].measurement.clock
-    report = Report("layer", vars(args) | {"device": device}, env.collect() if is_root else {},
-                    {"clock": clock, "region": results[0].measurement.region, "rank_reduction": "none (this rank)"},
-                    rows=[r.to_dict() for r in results])
     threads = f", {results[0].threads} threads" if results[0].threads else ""
     caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} after {args.warmup} warm-up; "
                "bwd = bwd-filter + bwd-data; input GB/s = input activation bytes / time")
-    if is_root:
-        print_table(f"gdlbench layer (batch {args.batch}, fp32)", COLUMNS, report.rows, caption=caption)
-        report.write(json_out, csv_out)
+    Compare(results, title=f"gdlbench layer (batch {args.batch}, fp32)", caption=caption,
+            args=vars(args) | {"device": device}).emit(json_out, csv_out)
     return 0

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+from typing import Any
 
 from rich.markup import escape
 
@@ -14,18 +18,21 @@ from .. import cluster, env
 from ..errors import UsageError
 from ..model import (
     CommModel,
+    Compression,
     Phases,
-    load_comm_model,
+    Prediction,
     normalise_algo,
     predict_iteration,
     predict_scaling,
 )
-from ..network import load_network
+from ..network import Network, load_network
+from ..paths import read_json
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
-from ..strategies import get_strategies
-from ..units import SIZE_CONVENTION, parse_int_list, parse_size
+from ..strategies import Strategy, get_strategies
+from ..units import BANDWIDTH_FORMS, SIZE_CONVENTION, parse_bandwidth, parse_int_list, parse_size
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
+GRAD_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def _ms(v: float) -> str:
@@ -50,15 +57,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phases", metavar="FILE",
                    help="measured phases: a saved `gdlbench iteration --json` file (default: measure them "
                         "on the spot, on this machine, with --batch)")
-    p.add_argument("--batch", type=int, help="per-worker batch when the phases are measured on the spot")
+    p.add_argument("--batch", type=int,
+                   help="per-worker batch: measured at this batch on the spot, or with --phases the what-if of "
+                        "the phases scaled to it (io, h2d, forward, backward linear in the batch; update fixed)")
     p.add_argument("--device", default="auto", help="device for phases measured on the spot (auto, cpu, cuda)")
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="communication model: a saved `gdlbench allreduce --json` file with its fit")
-    p.add_argument("--algo", help="all-reduce algorithm: ring (default), recursive_doubling, tree; "
+    p.add_argument("--algo", help="all-reduce algorithm, as allreduce --algo names it: ring (default), rd, tree, "
+                                  "library, hier (long forms such as recursive_doubling accepted); "
                                   "with --from, which fit to use")
     p.add_argument("--alpha", type=float, help="latency per step, microseconds")
     p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
-    p.add_argument("--bandwidth", type=float, metavar="GBS", help="link bandwidth in GB/s (instead of --beta)")
+    p.add_argument("--bandwidth", metavar="BW", help="link bandwidth instead of --beta: GB/s as a bare number, "
+                   f"or with a unit ({BANDWIDTH_FORMS}; b = bits)")
     p.add_argument("--gamma", type=float, help="reduction time per byte, microseconds per byte (default 0)")
     g = p.add_argument_group("a two-level cluster (nodes of G workers; instead of --from/--alpha)")
     g.add_argument("--cluster", metavar="FILE",
@@ -75,6 +86,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--list-links", action="store_true", help="print the link presets and their sources, and exit")
     p.add_argument("--bucket", help="fusion bucket size for the presets that fuse, e.g. 25MiB")
     p.add_argument("--servers", type=int, help="parameter servers P (default: P = N)")
+    w = p.add_argument_group("what-ifs (the report of `gdlbench study` quotes these, so each number reproduces)")
+    w.add_argument("--grad-dtype", default="float32", choices=tuple(GRAD_DTYPE_BYTES),
+                   help="gradients sent as this type (float16/bfloat16: half the bytes; default float32)")
+    w.add_argument("--compress", metavar="RATIO[:COST]",
+                   help="gradient compression: each message sends 1/RATIO of its bytes after an encode costing "
+                        "COST us per dense byte (e.g. 100:2e-4; `gdlbench study` measures top-k's)")
+    w.add_argument("--link-scale", metavar="BW[:LAT]",
+                   help="every link's bandwidth times BW and latency times LAT (2: twice the bandwidth; 1:0.5: "
+                        "half the latency)")
+    w.add_argument("--io-threads", type=int,
+                   help="t_io as if read by this many threads (linear in the threads; needs the phases' io_threads)")
+    w.add_argument("--overlap", choices=("none", "wfbp"),
+                   help="every strategy's overlap set to this (wfbp: turn WFBP on)")
     p.add_argument("--plot", metavar="FILE.png", help="scaling curve per strategy (needs gdlbench[plot])")
     p.add_argument("--plot-metric", default="speedup", choices=("speedup", "throughput", "efficiency"),
                    help="what --plot shows (default speedup)")
@@ -94,7 +118,8 @@ def normalise_algo_or_none(algo: str) -> str | None:
         return None
 
 
-def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None = None) -> CommModel:
+def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_fit: dict | None = None,
+                         load: Callable[[str, str], Any] = read_json) -> CommModel:
     # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
     algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
     if algo and normalise_algo_or_none(algo) == "ps" and not args.from_file:
@@ -105,7 +130,7 @@ def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None =
     if args.from_file and direct:
         raise UsageError("give --from FILE or --alpha/--beta (--bandwidth), not both")
     if args.from_file:
-        return load_comm_model(args.from_file, args.algo)
+        return CommModel.from_dict(load(args.from_file, "--from"), args.algo, source=str(args.from_file))
     if direct:
         if args.alpha is None:
             raise UsageError("--alpha (microseconds per step) is needed with --beta/--bandwidth")
@@ -115,14 +140,17 @@ def comm_model_from_args(args: argparse.Namespace, phases_doc_fit: dict | None =
             v = getattr(args, name)
             if v is not None and (not math.isfinite(v) or v < 0):
                 raise UsageError(f"--{name} must be a finite number >= 0, got {v}")
-        if args.bandwidth is not None and (not math.isfinite(args.bandwidth) or args.bandwidth <= 0):
-            raise UsageError(f"--bandwidth must be > 0 GB/s, got {args.bandwidth}")
-        beta = args.beta if args.beta is not None else 1e6 / (args.bandwidth * 1e9)
+        beta = args.beta if args.beta is not None else 1e6 / (parse_bandwidth(args.bandwidth) * 1e9)
         return CommModel(algo or "ring", args.alpha, beta, args.gamma or 0.0, source="command line")
     if phases_doc_fit is not None:
         return CommModel.from_dict({"summary": {"fit": phases_doc_fit}}, args.algo, source="the phases file's fit")
     raise UsageError("no communication model: give --alpha US with --beta US_PER_BYTE or --bandwidth GBS, "
                      "or --from a saved `gdlbench allreduce --json` file")
+
+
+# Without --phases, predict measures one serial iteration here: the composed run's communication
+# thread calls MPI (see Iteration.MPI_THREAD_LEVEL).
+MPI_THREAD_LEVEL = "serialized"
 
 
 def _link_arg(text: str, level: str) -> cluster.Link:
@@ -153,13 +181,12 @@ def cluster_from_args(args: argparse.Namespace) -> cluster.Cluster | None:
         c = cluster.Cluster(args.per_node, _link_arg(args.intra, "intra"), _link_arg(args.inter, "inter"),
                             args.links_per_node or 1, args.nodes, source="command line")
     if args.algo:
-        key = args.algo.strip().lower()
-        algo = "library" if key in ("library", "mpi") else normalise_algo(key)
+        algo = normalise_algo(args.algo)
         if algo == "ps":
             raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
         from dataclasses import replace
 
-        c = replace(c, algo={"recursive_doubling": "rd"}.get(algo, algo))
+        c = replace(c, algo=algo)
     return c
 
 
@@ -197,11 +224,39 @@ def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
     return phases
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.list_links:
-        if env.rank() == 0:
-            _print_links()
-        return 0
+def _link_scale(text: str | None) -> tuple[float, float]:
+    if not text:
+        return 1.0, 1.0
+    bw, _, lat = str(text).partition(":")
+    try:
+        return float(bw), float(lat) if lat else 1.0
+    except ValueError:
+        raise UsageError(f"--link-scale: expected BW[:LAT], e.g. 2 or 1:0.5, got {text!r}") from None
+
+
+@dataclass
+class Evaluation:
+    """What `predict` computes from its arguments, before anything is printed or written."""
+
+    net: Network
+    phases: Phases
+    comm: CommModel
+    strategies: list[Strategy]
+    workers: list[int]
+    rows: list[dict]
+    summary: dict
+    dtype_bytes: int
+    compress: Compression | None
+    two_level: Any = None  # a gdlbench.cluster.Cluster, when predicting a two-level cluster
+
+    def prediction(self, strategy: Strategy, workers: int) -> Prediction:
+        return predict_iteration(self.net, self.phases, self.comm, strategy, workers, self.dtype_bytes,
+                                 compress=self.compress)
+
+
+def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_json) -> Evaluation:
+    """The rows and summary of `gdlbench predict` for these arguments (gdlbench study calls this
+    with the very arguments its report quotes). load(path, option) reads a JSON file."""
     two_level = cluster_from_args(args)
     workers = parse_int_list(args.workers or (",".join(map(str, _cluster_workers(two_level)))
                                               if two_level and two_level.nodes else DEFAULT_WORKERS), "--workers")
@@ -210,38 +265,28 @@ def run(args: argparse.Namespace) -> int:
     if not args.phases and not args.net:
         raise UsageError("give --phases FILE (a saved `gdlbench iteration --json` report) or --net NAME "
                          "to measure the phases on the spot")
-    if args.batch is not None and (args.phases or args.batch < 1):
-        raise UsageError("--batch goes without --phases and must be >= 1")
-    if args.servers is not None and args.servers < 1:
-        raise UsageError(f"--servers must be >= 1, got {args.servers}")
-    if args.plot_workers is not None and args.plot_workers < 1:
-        raise UsageError(f"--plot-workers must be >= 1, got {args.plot_workers}")
+    if args.batch is not None and args.batch < 1:
+        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    for opt, value in (("--servers", args.servers), ("--plot-workers", args.plot_workers)):
+        if value is not None and not 1 <= value <= 1_000_000:
+            raise UsageError(f"{opt} must be from 1 to 1,000,000, got {value}")
     bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
     strategies = get_strategies(args.strategy, bucket_bytes=bucket, servers=args.servers)
-    timeline_strategy = None
-    if args.plot_timeline:
-        names = [s.name for s in strategies]
-        pick = args.plot_strategy or ("wfbp" if "wfbp" in names else names[0])
-        timeline_strategy = next((s for s in strategies if s.name == pick), None) or get_strategies(
-            pick, bucket_bytes=bucket, servers=args.servers)[0]
-    elif args.plot_strategy:
-        raise UsageError("--plot-strategy goes with --plot-timeline")
-    outputs = {opt: OutputFile(path, opt) for opt, path in (
-        ("--json", args.json), ("--csv", args.csv), ("--plot", args.plot),
-        ("--plot-breakdown", args.plot_breakdown), ("--plot-timeline", args.plot_timeline)) if path}
-    if any(opt.startswith("--plot") for opt in outputs):
-        from ..plots import require_matplotlib
-
-        require_matplotlib()
-
-    from ..model import _read_json
+    if args.overlap:
+        strategies = [replace(s, overlap=args.overlap) for s in strategies]
+    compress = Compression.parse(args.compress) if args.compress else None
+    bw, lat = _link_scale(args.link_scale)
 
     if args.phases:
-        doc = _read_json(args.phases, "--phases")
+        doc = load(args.phases, "--phases")
         phases = Phases.from_dict(doc, source=args.phases)
+        if args.batch is not None:
+            phases = phases.with_batch(args.batch)
     else:
         doc = {}
         phases = _measure_on_the_spot(args)
+    if args.io_threads is not None:
+        phases = phases.with_io_threads(args.io_threads)
     net_name = args.net or phases.net
     if not net_name:
         raise UsageError(f"--net is needed: {args.phases} does not name its network (args.net)")
@@ -253,24 +298,61 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--phases {args.phases}: layers not in {net.name}: {', '.join(unknown[:5])}"
                          + (" ..." if len(unknown) > 5 else ""))
     summary_fit = doc.get("summary", {}).get("fit") if isinstance(doc.get("summary"), dict) else None
-    comm = two_level or comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None)
-
-    rows = predict_scaling(net, phases, comm, strategies, workers)
-    is_root = env.rank() == 0
+    comm = two_level or comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None,
+                                             load)
+    if two_level and (bw, lat) != (1.0, 1.0):
+        raise UsageError("--link-scale scales a one-level link (--from, --alpha/--bandwidth); for a cluster, "
+                         "give its faster links with --intra/--inter")
+    comm = comm if two_level else comm.scaled(bandwidth=bw, latency=lat)
+    dtype_bytes = GRAD_DTYPE_BYTES[args.grad_dtype]
+    rows = predict_scaling(net, phases, comm, strategies, workers, dtype_bytes, compress=compress)
     summary = {
-        "net": net.name, "params": net.params, "gradient_bytes": net.param_bytes(), "batch": phases.batch,
+        "net": net.name, "params": net.params, "gradient_bytes": net.param_bytes(dtype_bytes), "batch": phases.batch,
         "phases": phases.to_dict(), "comm_model": comm.to_dict(), "workers": workers,
         "strategies": [s.to_dict() for s in strategies],
+        "what_if": {"grad_dtype": args.grad_dtype, "compress": compress.to_dict() if compress else None,
+                    "link_scale": {"bandwidth": bw, "latency": lat}, "batch": args.batch if args.phases else None,
+                    "io_threads": args.io_threads, "overlap": args.overlap},
         "model": "docs/model.md (gdlbench.model): serial, prefetch, WFBP recurrence, fusion, PS",
         "speedup": "S(N) = N t_iter(1) / t_iter(N), same strategy, weak scaling (fixed batch per worker)",
         "size_convention": SIZE_CONVENTION,
     }
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
+    return Evaluation(net, phases, comm, strategies, workers, rows, summary, dtype_bytes, compress, two_level)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_links:
+        if env.rank() == 0:
+            _print_links()
+        return 0
+    if args.plot_workers is not None and args.plot_workers < 1:
+        raise UsageError(f"--plot-workers must be >= 1, got {args.plot_workers}")
+    if args.plot_strategy and not args.plot_timeline:
+        raise UsageError("--plot-strategy goes with --plot-timeline")
+    outputs = {opt: OutputFile(path, opt) for opt, path in (
+        ("--json", args.json), ("--csv", args.csv), ("--plot", args.plot),
+        ("--plot-breakdown", args.plot_breakdown), ("--plot-timeline", args.plot_timeline)) if path}
+    if any(opt.startswith("--plot") for opt in outputs):
+        from ..plots import require_matplotlib
+
+        require_matplotlib()
+    ev = evaluate(args)
+    two_level = ev.two_level
+    net, phases, comm, strategies, workers, rows = ev.net, ev.phases, ev.comm, ev.strategies, ev.workers, ev.rows
+    timeline_strategy = None
+    if args.plot_timeline:
+        names = [s.name for s in strategies]
+        pick = args.plot_strategy or ("wfbp" if "wfbp" in names else names[0])
+        timeline_strategy = next((s for s in strategies if s.name == pick), None) or get_strategies(
+            pick, bucket_bytes=parse_size(args.bucket, "--bucket") if args.bucket else None,
+            servers=args.servers)[0]
+    is_root = env.rank() == 0
     env_info = env.collect()  # on every rank: it holds a collective (the node split), cached after
     report = Report("predict", vars(args), env_info if is_root else {},
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
-                    rows=rows, summary=summary,
+                    rows=rows, summary=ev.summary,
                     notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
                     + ([comm.note] if getattr(comm, "note", "") else [])
                     + ([f"{lv} link {k.name}: {k.source}" for lv, k in (("intra-node", two_level.intra),
@@ -278,6 +360,9 @@ def run(args: argparse.Namespace) -> int:
                        if two_level else []))
     if not is_root:
         return 0
+    what_if = [f"{k} {v}" for k, v in (("grad-dtype", args.grad_dtype if args.grad_dtype != "float32" else None),
+                                       ("compress", args.compress), ("link-scale", args.link_scale),
+                                       ("io-threads", args.io_threads), ("overlap", args.overlap)) if v]
     caption = (f"{net.name}, batch {phases.batch} per worker; phases from {phases.source} "
                f"(t_f {phases.forward_us / 1e3:.2f} ms, t_b {phases.backward_us / 1e3:.2f} ms, "
                f"t_io {phases.io_us / 1e3:.2f}, t_h2d {phases.h2d_us / 1e3:.2f}, t_u {phases.update_us / 1e3:.2f} ms); "
@@ -285,7 +370,8 @@ def run(args: argparse.Namespace) -> int:
                   f"names one ({two_level.source}); " if two_level else
                   f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
                   f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); ")
-               + f"gradients {net.param_bytes():,} B fp32; speedup = N t(1)/t(N); images/s in total")
+               + f"gradients {net.param_bytes(ev.dtype_bytes):,} B {args.grad_dtype}; speedup = N t(1)/t(N); "
+                 "images/s in total" + (f"; what-if: {', '.join(what_if)}" if what_if else ""))
     print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption)
     console = stdout_console()
     if two_level:
@@ -308,11 +394,11 @@ def run(args: argparse.Namespace) -> int:
                                title=f"{net.name}, batch {phases.batch}/worker: predicted {args.plot_metric}")
         n_plot = args.plot_workers or max(workers)
         if "--plot-breakdown" in outputs:
-            preds = [predict_iteration(net, phases, comm, s, n_plot) for s in strategies]
+            preds = [ev.prediction(s, n_plot) for s in strategies]
             plots.plot_breakdown(preds, outputs["--plot-breakdown"].path,
                                  title=f"{net.name}, N = {n_plot}, batch {phases.batch}: predicted phases")
         if "--plot-timeline" in outputs and timeline_strategy is not None:
-            pred = predict_iteration(net, phases, comm, timeline_strategy, n_plot)
+            pred = ev.prediction(timeline_strategy, n_plot)
             plots.plot_timeline(pred, outputs["--plot-timeline"].path,
                                 title=f"{net.name}, {timeline_strategy.name}, N = {n_plot}, batch {phases.batch}: "
                                       "one iteration")

@@ -7,8 +7,9 @@ import argparse
 
 from .. import env
 from ..cli import common_options
+from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Report, fmt_float, print_table
+from ..report import Column, OutputFile, fmt_float
 from ..units import parse_count
 from ..update import update
 
@@ -38,12 +39,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("need --lr >= 0, 0 <= --momentum < 1 and --weight-decay >= 0")
     r = update(n, device, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, iters=args.iters,
                warmup=args.warmup, threads=args.threads, check=args.check)
-    is_root = env.rank() == 0
-    report = Report("update", vars(args) | {"device": device, "params": n}, env.collect() if is_root else {},
-                    {"clock": r.update.clock, "region": f"update: {r.update.region}; reference: {r.copy.region}",
-                     "rank_reduction": "none (this rank)"},
-                    rows=r.rows(), summary={"update_gbs": r.update_gbs, "copy_gbs": r.copy_gbs, "ratio": r.ratio,
-                                            "convention": "v = momentum*v + (g + wd*w); w -= lr*v (PyTorch)"})
     threads = f", {r.threads} threads" if r.threads else ""
     caption = (f"device {device} ({why}){threads}; clock {r.update.clock}; median of {args.iters} after {args.warmup} "
                "warm-up, update and copy interleaved. v = mu*v + (g + wd*w); w -= lr*v (PyTorch). Bytes moved: "
@@ -51,9 +46,12 @@ def run(args: argparse.Namespace) -> int:
                f"Update reaches {r.ratio:.2f} x the copy bandwidth.")
     if r.check:
         caption += f" Check vs float64 numpy on {r.check['checked']} params: max rel err {r.check['max_rel_error']:.1e}."
-    if is_root:
-        print_table("gdlbench update (SGD with momentum, fp32)", COLUMNS, report.rows, caption=caption)
-        report.write(json_out, csv_out)
+    Compare([r], title="gdlbench update (SGD with momentum, fp32)", caption=caption,
+            args=vars(args) | {"device": device, "params": n},
+            timing={"clock": r.update.clock, "region": f"update: {r.update.region}; reference: {r.copy.region}",
+                    "rank_reduction": "none (this rank)"},
+            summary={"update_gbs": r.update_gbs, "copy_gbs": r.copy_gbs, "ratio": r.ratio,
+                     "convention": "v = momentum*v + (g + wd*w); w -= lr*v (PyTorch)"}).emit(json_out, csv_out)
     if not r.passed:
         raise CheckFailed("the SGD update differs from the numpy reference")
     return 0

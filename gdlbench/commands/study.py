@@ -1,0 +1,118 @@
+"""gdlbench study: the whole study in one command (under mpiexec/srun like the others). Measures
+the alpha-beta fit, the encode cost of compression and, per net, every phase alone and the
+composed iteration per strategy; predicts the same strategies up to 1024 workers; writes one
+report (HTML, Markdown, JSON) to --out DIR. --resume DIR finishes an interrupted study."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .. import env
+from ..errors import UsageError
+from ..iteration import Iteration
+from ..study import (
+    DEFAULT_NETS,
+    DEFAULT_STRATEGIES,
+    DEFAULT_WORKERS,
+    INDEX,
+    config_from_args,
+    fmt_duration,
+    load_config,
+    run_study,
+)
+
+# the study runs composed iterations, whose communication thread calls MPI: the CLI initialises
+# MPI at their level
+MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL
+
+STUDY_OPTIONS = ("nets", "strategies", "batch", "workers", "scales", "link", "compress_ratio", "quick", "iters",
+                 "warmup", "threads", "device", "io_dir")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="DIR", help="write the study here (created; must not hold another study)")
+    where.add_argument("--resume", metavar="DIR",
+                       help="finish the study in DIR with its own options: finished cells are kept, not measured again")
+    p.add_argument("--nets", help=f"networks, comma-separated (default {DEFAULT_NETS})")
+    p.add_argument("--strategies", help=f"strategies, comma-separated, or all (default {DEFAULT_STRATEGIES})")
+    p.add_argument("--batch", help="per-worker batch: B for every net, or NET=B,... (default: per net and device; "
+                                   "--quick: 1)")
+    p.add_argument("--workers", help=f"worker counts to predict (default {DEFAULT_WORKERS})")
+    p.add_argument("--scales", help="worker counts with a verdict and what-ifs (default: the measured one, 16, 128, 1024)")
+    p.add_argument("--link", metavar="ALPHA_US:GBS",
+                   help="predict the scales with this link (e.g. 5:12.5, a 100 Gb/s fabric) instead of the fit "
+                        "measured here")
+    p.add_argument("--compress-ratio", type=float, help="compression ratio of the compression what-if (default 100)")
+    p.add_argument("--quick", action="store_true",
+                   help="batch 1, 2 iterations, a short sweep: checks the whole pipeline in about a minute (for CI)")
+    p.add_argument("--iters", type=int, help="timed iterations per measurement (default 5; --quick 2)")
+    p.add_argument("--warmup", type=int, help="warm-up iterations (default 1)")
+    p.add_argument("--threads", type=int, help="CPU compute threads per rank (default: cores / ranks on the node)")
+    p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
+
+
+def _prepare(args: argparse.Namespace, world_size: int) -> tuple[Path, object, bool]:
+    from ..plots import require_matplotlib
+
+    require_matplotlib()  # the report's figures: fail now, not after the measurements
+    if args.resume:
+        root = Path(args.resume)
+        given = [f"--{o.replace('_', '-')}" for o in STUDY_OPTIONS if getattr(args, o) not in (None, False)]
+        if given:
+            raise UsageError(f"--resume takes the study's options from {root / INDEX}; leave out {', '.join(given)}")
+        cfg = load_config(root)
+        if cfg.world_size != world_size:
+            raise UsageError(f"--resume {root}: the study was measured on {cfg.world_size} rank(s); resume it "
+                             f"under mpiexec -n {cfg.world_size} (this run has {world_size})")
+        return root, cfg, True
+    if not args.out:
+        raise UsageError("give --out DIR (a new study) or --resume DIR (finish one)")
+    root = Path(args.out)
+    if (root / INDEX).exists():
+        raise UsageError(f"--out {root}: holds a study already; --resume {root} finishes it, or choose another DIR")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"--out {root}: not a directory")
+    cfg = config_from_args(args, world_size)
+    try:
+        (root / "cells").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {root}: cannot create it ({exc.strerror})") from None
+    return root, cfg, False
+
+
+def run(args: argparse.Namespace) -> int:
+    comm = env.world()
+    is_root = comm.Get_rank() == 0
+    plan: tuple | str
+    try:
+        plan = _prepare(args, comm.Get_size()) if is_root else ""
+    except UsageError as exc:
+        plan = str(exc)
+    plan = comm.bcast(plan, root=0)
+    if isinstance(plan, str):  # rank 0 found the options wrong: every rank stops, rank 0 says why
+        if is_root:
+            print(f"gdlbench study: error: {plan}", file=sys.stderr, flush=True)
+        return 2
+    root, cfg, resume = plan
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        if is_root:
+            print(f"gdlbench study: {msg} ({fmt_duration(time.monotonic() - t0)})", file=sys.stderr, flush=True)
+
+    index = run_study(root, cfg, resume, sys.argv[1:] if sys.argv[0].endswith("gdlbench") else ["study"], say)
+    if is_root:
+        print(f"gdlbench study: {root / 'report.html'} (and report.md, {INDEX}, cells/) in "
+              f"{fmt_duration(time.monotonic() - t0)}")
+        for net, na in index["analysis"]["nets"].items():
+            for v in na["verdicts"]:
+                margin = f"by {v['margin_pct']:.1f} % over {v['runner_up']}" if v["runner_up"] else ""
+                print(f"  {net:10s} N={v['workers']:<5d} {v['source']:9s} winner {v['winner']} {margin}; "
+                      f"bound by {v['bound_by']} ({v['bound_share_pct']:.0f} %), comm exposed "
+                      f"{v['comm_exposed_pct']:.0f} %")
+    return 0

@@ -1,0 +1,660 @@
+"""The study in one command (`gdlbench study`): measure on this machine what it can measure, predict
+what it cannot, and write one report that says where the time goes, which strategy wins and what
+would make it faster.
+
+A study is a directory:
+    study.json      the index: the study's options, provenance, every cell's state and command,
+                    and the analysis (predictions, verdicts, what-ifs) every report number comes from
+    cells/*.json    one measurement per cell, each the JSON of the gdlbench command that made it
+                    (`gdlbench allreduce --fit`, `compress`, `iteration`), with its text output (.log)
+    report.html     self-contained (images embedded), readable on a phone
+    report.md, img/ the same content as Markdown with PNG files
+Every file is written whole or not at all (a temporary file renamed into place), so a study killed
+at any point resumes with --resume DIR: finished cells are kept, the others run.
+
+Each cell runs the very command its `command` field quotes (parsed by the CLI's own parser), and
+each prediction is `gdlbench predict` with the arguments the report prints beside it, so every
+number can be reproduced one by one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from . import __version__, env
+from .errors import UsageError
+from .iteration import default_batch
+from .network import load_network
+from .strategies import Strategy, get_strategies
+
+INDEX = "study.json"
+FORMAT = 1
+DEFAULT_NETS = "alexnet,googlenet,resnet50"
+DEFAULT_STRATEGIES = "caffe-mpi,cntk,mxnet,tensorflow,serial,wfbp-fusion"
+DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
+DEFAULT_SCALES = (16, 128, 1024)  # besides the measured one
+BUCKETS_MIB = (1, 4, 16, 25, 64, 256)
+COMPRESS_RATIO = 100.0
+PHASE_GROUPS = {"I/O": ("io", "h2d"), "compute": ("forward", "backward"), "communication": ("comm",),
+                "update": ("update",)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class Config:
+    """What the study measures and predicts; saved in the index so --resume continues the same one."""
+
+    nets: list[str]
+    strategies: list[str]
+    batch: dict[str, int]
+    workers: list[int]
+    scales: list[int]
+    world_size: int
+    device: str
+    iters: int
+    warmup: int
+    threads: int | None
+    quick: bool
+    link: str | None = None  # "ALPHA_US:GBS": predict with this link instead of the measured fit
+    io_dir: str | None = None
+    compress_ratio: float = COMPRESS_RATIO
+    net_specs: dict[str, str] = field(default_factory=dict)  # name -> built-in name or spec file
+
+    def net_spec(self, name: str) -> str:
+        return self.net_specs.get(name, name)
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Config:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+def _parse_batch(text: str | None, nets: list[str], device: str, quick: bool) -> dict[str, int]:
+    """'8' for every net, or 'alexnet=16,resnet50=4' (the others at their defaults)."""
+    out = {n: 1 if quick else default_batch(n, device) for n in nets}
+    if not text:
+        return out
+    for item in str(text).split(","):
+        name, eq, value = item.strip().rpartition("=")
+        try:
+            b = int(value)
+        except ValueError:
+            raise UsageError(f"--batch: expected B or NET=B,..., got {text!r}") from None
+        if b < 1:
+            raise UsageError(f"--batch must be >= 1, got {b}")
+        if not eq:
+            out = dict.fromkeys(nets, b)
+        elif name not in out:
+            raise UsageError(f"--batch: {name!r} is not one of the study's nets ({', '.join(nets)})")
+        else:
+            out[name] = b
+    return out
+
+
+def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
+    from .units import parse_int_list
+
+    quick = bool(args.quick)
+    specs = {}
+    for spec in (x.strip() for x in (args.nets or DEFAULT_NETS).split(",")):
+        if spec:  # a spec file by its absolute path: the cells run in the study's directory
+            specs[load_network(spec).name] = str(Path(spec).resolve()) if Path(spec).is_file() else spec
+    nets = list(specs)
+    if not nets:
+        raise UsageError("--nets: give at least one network")
+    strategies = [s.name for s in get_strategies(args.strategies or DEFAULT_STRATEGIES)]
+    device, _why = env.resolve_device(args.device or "auto")
+    workers = sorted(set(parse_int_list(args.workers or DEFAULT_WORKERS, "--workers")))
+    if max(workers) > 1_000_000:
+        raise UsageError(f"--workers: at most 1,000,000, got {max(workers)}")
+    scales = (sorted(set(parse_int_list(args.scales, "--scales"))) if args.scales else
+              sorted({world_size, *(n for n in DEFAULT_SCALES if n <= max(workers))}))
+    workers = sorted(set(workers) | set(scales) | {1, world_size})
+    if args.link is not None:
+        _link(args.link)
+    elif world_size == 1:
+        raise UsageError("one rank measures no link to predict with: run the study under mpiexec -n 2 (or more), "
+                         "or give --link ALPHA_US:GBS")
+    ratio = COMPRESS_RATIO if args.compress_ratio is None else args.compress_ratio
+    if not ratio >= 1:
+        raise UsageError(f"--compress-ratio must be >= 1, got {ratio}")
+    iters = args.iters if args.iters is not None else (2 if quick else 5)
+    warmup = args.warmup if args.warmup is not None else (0 if quick else 1)
+    if iters < 1 or warmup < 0:
+        raise UsageError(f"need --iters >= 1 and --warmup >= 0, got {iters} and {warmup}")
+    return Config(nets, strategies, _parse_batch(args.batch, nets, device, quick), workers, scales, world_size,
+                  device, iters, warmup, args.threads, quick, args.link,
+                  str(Path(args.io_dir).resolve()) if args.io_dir else None, float(ratio), specs)
+
+
+def _link(text: str) -> tuple[float, float]:
+    a, _, g = str(text).partition(":")
+    try:
+        alpha, gbs = float(a), float(g)
+    except ValueError:
+        raise UsageError(f"--link: expected ALPHA_US:GBS, e.g. 5:12.5, got {text!r}") from None
+    if not (math.isfinite(alpha) and alpha >= 0 and math.isfinite(gbs) and gbs > 0):
+        raise UsageError(f"--link: need alpha >= 0 us and bandwidth > 0 GB/s, got {text!r}")
+    return alpha, gbs
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells: one measurement each, the command that makes it, and how long it is expected to take
+
+
+@dataclass
+class Cell:
+    name: str
+    kind: str  # fit, compress, iteration
+    argv: list[str]  # gdlbench's arguments, paths relative to the study directory
+    weight: float  # relative cost, for the estimate of the time left
+    launcher: bool = True  # run under mpiexec -n N (every rank takes part)
+
+    @property
+    def json(self) -> str:
+        return f"cells/{self.name}.json"
+
+    @property
+    def outputs(self) -> list[str]:
+        """Every file the command writes (after its --json or --trace), the JSON first."""
+        return [self.argv[i + 1] for i, a in enumerate(self.argv) if a in ("--json", "--trace")]
+
+    def command(self, world_size: int) -> str:
+        launch = f"mpiexec -n {world_size} " if self.launcher and world_size > 1 else ""
+        return launch + "gdlbench " + shlex.join(self.argv)
+
+
+def _common(cfg: Config) -> list[str]:
+    return (["--iters", str(cfg.iters), "--warmup", str(cfg.warmup)]
+            + (["--threads", str(cfg.threads)] if cfg.threads else []))
+
+
+def plan_cells(cfg: Config) -> list[Cell]:
+    cells = []
+    strategies = get_strategies(",".join(cfg.strategies))
+    if cfg.world_size > 1:
+        algos = ["library"] + (["ps"] if any(s.collective == "ps" for s in strategies) else [])
+        sizes = ["-b", "4K", "-e", "16M", "-f", "16"] if cfg.quick else ["-b", "4K", "-e", "256M", "-f", "4"]
+        cells.append(Cell("allreduce-fit", "fit",
+                          ["allreduce", *sizes, "--algo", ",".join(algos), "--servers", str(cfg.world_size),
+                           "--fit", "--mode", "out", "-c", "1", "-n", "3" if cfg.quick else "10",
+                           "-w", "1" if cfg.quick else "2", "--json", "cells/allreduce-fit.json"],
+                          weight=20.0 if cfg.quick else 60.0))
+    values = "4M" if cfg.quick else "16M"
+    cells.append(Cell("compress", "compress",
+                      ["compress", "--ratio", f"{cfg.compress_ratio:g}", "--values", values, *_common(cfg),
+                       "--json", "cells/compress.json"], weight=1.0, launcher=False))
+    for net_name in cfg.nets:
+        net = load_network(cfg.net_spec(net_name))
+        b = cfg.batch[net_name]
+        argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
+                *_common(cfg), "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
+                "--json", f"cells/iteration-{net_name}.json", "--trace", f"cells/trace-{net_name}.json"]
+        # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
+        work = 3 * net.fwd_macs * b / 1e9 * (cfg.iters + cfg.warmup) * (3 + len(cfg.strategies))
+        cells.append(Cell(f"iteration-{net_name}", "iteration", argv, weight=work + 0.05 * net.params / 1e6))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# Files written whole or not at all
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """The file appears whole, by rename, or not at all (its temporary name starts with a dot)."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary file (mkstemp makes it private)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_partial(root: Path) -> list[str]:
+    """The temporary files a killed study left behind (never a finished file)."""
+    gone = []
+    for p in [root, *(d for d in root.iterdir() if d.is_dir())] if root.is_dir() else []:
+        for f in p.glob(".*.tmp*"):
+            f.unlink(missing_ok=True)
+            gone.append(str(f.relative_to(root)))
+    return gone
+
+
+def cell_done(root: Path, cell: Cell) -> bool:
+    """Every file of the cell is there (each was written whole or not at all)."""
+    try:
+        doc = json.loads((root / cell.json).read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and doc.get("tool") == "gdlbench" and isinstance(doc.get("rows"), list)
+            and all((root / f).is_file() for f in cell.outputs))
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress with an estimate of the time left
+
+
+class Eta:
+    """Seconds per unit of weight, per kind of cell, learnt from the cells that finished (in this
+    run or the one before a resume); until one of a kind has finished, a rough prior (a quiet
+    2-core CPU)."""
+
+    PRIOR = {"fit": 1.0, "compress": 2.0, "iteration": 0.15}
+
+    def __init__(self) -> None:
+        self.rate: dict[str, list[float]] = {}
+
+    def learn(self, cell: Cell, seconds: float) -> None:
+        self.rate.setdefault(cell.kind, []).append(seconds / cell.weight)
+
+    def left_s(self, pending: list[Cell]) -> tuple[float, bool]:
+        """(estimated seconds, whether a prior stands in for a kind not yet measured)."""
+        total, rough = 0.0, False
+        for c in pending:
+            rates = self.rate.get(c.kind)
+            if rates:
+                total += c.weight * sorted(rates)[len(rates) // 2]
+            else:
+                total += c.weight * self.PRIOR[c.kind]
+                rough = True
+        return total, rough
+
+
+def fmt_duration(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 60} min {s % 60:02d} s" if s >= 60 else f"{s} s"
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the cells
+
+
+def _run_command(argv: list[str], root: Path, log: Path | None) -> None:
+    """A gdlbench command in this process, with the CLI's own parser, in the study directory; its
+    table goes to `log` (rank 0)."""
+    from . import cli
+
+    args = cli.build_parser().parse_args(argv)
+    cli.check_common(args)
+    module = __import__(f"gdlbench.commands.{cli.COMMANDS[args.command][0]}", fromlist=["run"])
+    out = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        with contextlib.redirect_stdout(out):
+            code = module.run(args)
+    finally:
+        os.chdir(cwd)
+    if code:
+        raise RuntimeError(f"`gdlbench {shlex.join(argv)}` exited with {code}")
+    if log is not None:
+        write_atomic(log, out.getvalue())
+
+
+def provenance(argv: list[str]) -> dict:
+    """How this study was launched: command line, launcher, ranks, host."""
+    import platform
+
+    launcher = ("srun (Slurm)" if "SLURM_JOB_ID" in os.environ and "SLURM_PROCID" in os.environ else
+                "mpiexec (Hydra)" if "PMI_RANK" in os.environ or "HYDRA_CONTROL_FD" in os.environ else
+                "mpiexec (Open MPI)" if "OMPI_COMM_WORLD_RANK" in os.environ else "none (one process)")
+    n = env.world().Get_size()
+    launch = ("srun" if launcher.startswith("srun") else "mpiexec") + f" -n {n} " if n > 1 else ""
+    return {"command": launch + "gdlbench " + shlex.join(argv), "launcher": launcher, "world_size": env.world().Get_size(),
+            "host": platform.node(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "gdlbench": __version__}
+
+
+def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
+              say: Callable[[str], None]) -> dict:
+    """Measure the pending cells (every rank), then analyse and write the report (rank 0).
+    Returns the index on rank 0 ({} elsewhere)."""
+    comm = env.world()
+    is_root = comm.Get_rank() == 0
+    cells = plan_cells(cfg)
+    index: dict = {}
+    pending: list[str] = []
+    if is_root:
+        index = _load_index(root) if resume else {}
+        index.update({"tool": "gdlbench", "version": __version__, "command": "study", "format": FORMAT,
+                      "config": cfg.to_dict()})
+        index.setdefault("provenance", provenance(argv))
+        index.setdefault("resumes", [])
+        if resume:
+            index["resumes"].append({"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                     "removed_partial": remove_partial(root)})
+        index["env"] = env.collect()
+        old = {c["name"]: c for c in index.get("cells", [])}
+        index["cells"] = []
+        for c in cells:
+            done = cell_done(root, c)
+            rec = {"name": c.name, "kind": c.kind, "json": c.json, "files": c.outputs, "log": f"cells/{c.name}.log",
+                   "command": c.command(cfg.world_size), "state": "done" if done else "pending",
+                   "seconds": old.get(c.name, {}).get("seconds") if done else None,
+                   "kept_from_earlier_run": done}
+            index["cells"].append(rec)
+            if not done:
+                pending.append(c.name)
+        write_atomic(root / INDEX, json.dumps(index, indent=1))
+    pending = comm.bcast(pending, root=0)
+    eta = Eta()
+    if is_root:
+        for rec, c in zip(index["cells"], cells, strict=True):
+            if rec["seconds"]:
+                eta.learn(c, rec["seconds"])
+        kept = len(cells) - len(pending)
+        say(f"{len(cells)} cells, {kept} already measured" + (" (kept, not measured again)" if kept else "")
+            + f"; {len(pending)} to run")
+    todo = [c for c in cells if c.name in pending]
+    for i, cell in enumerate(todo):
+        if is_root:
+            left, rough = eta.left_s(todo[i:])
+            estimate = f"about {fmt_duration(left)} left" + (" (rough: a prior until a cell of each kind has run)"
+                                                             if rough else "")
+            say(f"[{i + 1}/{len(todo)}] {cell.name}: {cell.command(cfg.world_size)} ({estimate})")
+        t0 = time.monotonic()
+        _run_command(cell.argv, root, (root / f"cells/{cell.name}.log") if is_root else None)
+        comm.Barrier()
+        seconds = time.monotonic() - t0
+        if is_root:
+            eta.learn(cell, seconds)
+            rec = next(r for r in index["cells"] if r["name"] == cell.name)
+            rec.update(state="done", seconds=seconds)
+            write_atomic(root / INDEX, json.dumps(index, indent=1))
+            say(f"[{i + 1}/{len(todo)}] {cell.name} done in {fmt_duration(seconds)}")
+    if not is_root:
+        return {}
+    say("analysing: predictions, verdicts and what-ifs")
+    index["analysis"] = analyse(root, cfg, cells)
+    write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
+    say("writing the report")
+    from .study_report import write_report
+
+    index["report"] = write_report(root, index)
+    write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
+    return index
+
+
+def _load_index(root: Path) -> dict:
+    try:
+        doc = json.loads((root / INDEX).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--resume {root}: no readable {INDEX} ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("command") != "study" or not isinstance(doc.get("config"), dict):
+        raise UsageError(f"--resume {root}: {INDEX} is not a gdlbench study index")
+    return doc
+
+
+def load_config(root: Path) -> Config:
+    return Config.from_dict(_load_index(root)["config"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis: predictions, measured against predicted, verdicts and optimisation directions
+
+
+@functools.lru_cache(maxsize=1)
+def _predict_parser() -> argparse.ArgumentParser:
+    from . import cli
+
+    return cli.build_parser()
+
+
+@functools.lru_cache(maxsize=16)
+def _read_cached(path: str, option: str, mtime_ns: int) -> Any:
+    from .paths import read_json
+
+    return read_json(path, option)
+
+
+def _load(path: str, option: str) -> Any:
+    """paths.read_json, cached: the analysis reads the same phases and fit files many times."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        mtime = 0  # read_json reports it
+    return _read_cached(os.path.abspath(path), option, mtime)
+
+
+def _evaluate(root: Path, argv: list[str]):
+    """`gdlbench predict ARGV` evaluated in the study directory (no output)."""
+    from .commands.predict import evaluate
+
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return evaluate(_predict_parser().parse_args(["predict", *argv]), load=_load)
+    finally:
+        os.chdir(cwd)
+
+
+def _strategy_algo(s: Strategy) -> str:
+    return "ps" if s.collective == "ps" else "library"
+
+
+def _comm_argv(cfg: Config, strategy: Strategy) -> list[str]:
+    if cfg.link:
+        alpha, gbs = _link(cfg.link)
+        return ["--alpha", f"{alpha:g}", "--bandwidth", f"{gbs:g}"]
+    if cfg.world_size == 1:
+        raise UsageError("one rank measures no link: run the study under mpiexec -n 2 (or more), or give "
+                         "--link ALPHA_US:GBS for the predictions")
+    return ["--from", "cells/allreduce-fit.json", "--algo", _strategy_algo(strategy)]
+
+
+def breakdown_of(pred: dict) -> dict[str, float]:
+    return {"io": pred["io_exposed_us"], "h2d": pred["h2d_us"], "forward": pred["forward_us"],
+            "backward": pred["backward_us"], "comm": pred["comm_exposed_us"], "update": pred["update_us"]}
+
+
+def measured_breakdown(tl: dict) -> dict[str, float]:
+    """Exposed time of each phase in a measured iteration (its spans, as the executor traced them;
+    the prefetch thread's read of the next batch is hidden, the wait for it is not)."""
+    spans = tl["timeline"]
+
+    def lane_end(lane: str) -> float:
+        return max((s["end_us"] for s in spans if s["lane"] == lane), default=0.0)
+
+    def lane_sum(lane: str) -> float:
+        return sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == lane)
+
+    io = sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == "io" and "prefetch thread" not in s["name"])
+    return {"io": io, "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
+            "backward": lane_sum("backward"), "comm": max(0.0, tl["comm_exposed_us"]),
+            "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update")}
+
+
+def bound_by(parts: dict[str, float]) -> tuple[str, float]:
+    """(the phase group that takes the most time, its share of the iteration in %)."""
+    groups = {g: sum(parts.get(p, 0.0) for p in ps) for g, ps in PHASE_GROUPS.items()}
+    total = sum(groups.values()) or 1.0
+    name = max(groups, key=lambda g: groups[g])
+    return name, 100.0 * groups[name] / total
+
+
+def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
+    strategies = get_strategies(",".join(cfg.strategies))
+    encode = None
+    comp_doc = json.loads((root / "cells/compress.json").read_text())
+    for row in comp_doc["rows"]:
+        if abs(row["ratio"] - cfg.compress_ratio) < 1e-9:
+            encode = row["encode_us_per_byte"]
+    fit_summary = None
+    if (root / "cells/allreduce-fit.json").is_file():
+        fit_doc = json.loads((root / "cells/allreduce-fit.json").read_text())
+        fit_summary = [{**{k: f.get(k) for k in ("algo", "alpha_us", "beta_us_per_byte", "gamma_us_per_byte",
+                                                   "link_gbs", "median_rel_error")},
+                        "regimes": len(f.get("regimes") or []) or 1}
+                       for f in fit_doc["summary"].get("fit", [])]
+    nets = {}
+    for net_name in cfg.nets:
+        nets[net_name] = analyse_net(root, cfg, net_name, strategies, encode)
+    return {"nets": nets, "fit": fit_summary, "compress": {"ratio": cfg.compress_ratio,
+                                                           "encode_us_per_byte": encode,
+                                                           "source": "cells/compress.json"},
+            "measured_workers": cfg.world_size,
+            "notes": ["t_iter predicted by `gdlbench predict` from the measured phases and the alpha-beta fit "
+                      "(or --link); measured: median of the composed iteration, max over ranks",
+                      "the measured breakdown bars are one traced iteration (the last timed one), whose length "
+                      "differs from the median by the run's spread"]}
+
+
+def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strategy], encode: float | None) -> dict:
+    phases_file = f"cells/iteration-{net_name}.json"
+    doc = json.loads((root / phases_file).read_text())
+    summary = doc["summary"]
+    n_meas = cfg.world_size
+    workers = ",".join(str(n) for n in cfg.workers)
+    # Predictions per strategy, each from the fit of the algorithm the executor sends it with.
+    rows: list[dict] = []
+    commands: dict[str, str] = {}
+    base_argv: dict[str, list[str]] = {}
+    for s in strategies:
+        spec = cfg.net_spec(net_name)
+        argv = ["--phases", phases_file, *(["--net", spec] if spec != net_name else []), *_comm_argv(cfg, s),
+                "--strategy", s.name]
+        base_argv[s.name] = argv
+        ev = _evaluate(root, [*argv, "--workers", workers])
+        rows += ev.rows
+        commands[s.name] = "gdlbench predict " + shlex.join([*argv, "--workers", workers])
+    measured_us = summary.get("measured_us", {})
+    compare = []
+    for s in strategies:
+        if s.name not in measured_us:
+            continue  # left out on this device (parameter servers on CUDA)
+        pred = next(r for r in rows if r["strategy"] == s.name and r["workers"] == n_meas)
+        meas = measured_us[s.name]
+        tl = summary.get("measured_timelines", {}).get(s.name)
+        compare.append({"strategy": s.name, "workers": n_meas, "measured_us": meas,
+                        "measured_images_per_s": n_meas * summary["batch"] / (meas * 1e-6),
+                        "predicted_us": pred["t_iter_us"], "error_pct": 100 * (pred["t_iter_us"] - meas) / meas,
+                        "model_from_messages_us": summary["predicted_us"][s.name],
+                        "model_from_messages_error_pct": summary["error_pct"][s.name],
+                        "predicted_breakdown_us": breakdown_of(pred),
+                        "measured_breakdown_us": measured_breakdown(tl) if tl else None,
+                        "predict_command": commands[s.name].replace(f"--workers {workers}", f"--workers {n_meas}")})
+    verdicts, whatifs = [], []
+    for n in cfg.scales:
+        at_n = [r for r in rows if r["workers"] == n]
+        measured_here = n == n_meas and compare
+        if measured_here:
+            ranked = sorted(compare, key=lambda c: c["measured_us"])
+            best, second = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+            parts = best["measured_breakdown_us"] or best["predicted_breakdown_us"]
+            t_best, t_second = best["measured_us"], (second["measured_us"] if second else None)
+            source = "measured"
+        else:
+            ranked = sorted(at_n, key=lambda r: r["t_iter_us"])
+            best, second = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+            parts = breakdown_of(best)
+            t_best, t_second = best["t_iter_us"], (second["t_iter_us"] if second else None)
+            source = "predicted"
+        bound, bound_pct = bound_by(parts)
+        total = sum(parts.get(p, 0.0) for g in PHASE_GROUPS.values() for p in g) or 1.0
+        verdicts.append({"workers": n, "source": source, "winner": best["strategy"],
+                         "winner_t_iter_us": t_best,
+                         "winner_images_per_s": n * summary["batch"] / (t_best * 1e-6),
+                         "runner_up": second["strategy"] if second else None,
+                         "margin_pct": 100 * (t_second / t_best - 1) if second else None,
+                         "bound_by": bound, "bound_share_pct": bound_pct,
+                         "comm_exposed_pct": 100 * parts.get("comm", 0.0) / total})
+        winner = next(s for s in strategies if s.name == best["strategy"])
+        whatifs.append(what_ifs(root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
+    return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
+            "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
+            "predict_commands": commands, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
+            "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency")}
+
+
+def what_ifs(root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int, summary: dict,
+             encode: float | None) -> dict:
+    """The predicted gain of each change that applies to the winning strategy at n workers,
+    ranked; each with the `gdlbench predict` command that shows it."""
+    base = [*base, "--workers", str(n)]
+
+    def t_iter(argv: list[str]) -> tuple[float, float]:
+        row = _evaluate(root, argv).rows[0]
+        return row["t_iter_us"], row["images_per_s"]
+
+    base_t, base_ips = t_iter(base)
+    options: list[tuple[str, list[str]]] = []
+    if winner.overlap != "wfbp":
+        options.append(("turn on WFBP (overlap communication with backward)", ["--overlap", "wfbp"]))
+    if winner.collective == "allreduce":
+        best = None
+        sweep = []
+        for mib in BUCKETS_MIB:
+            path = _bucket_strategy(root, winner, mib)
+            argv = [a if a != winner.name else path for a in base]
+            t, ips = t_iter(argv)
+            sweep.append({"bucket_mib": mib, "t_iter_us": t, "images_per_s": ips})
+            if best is None or t < best[1]:
+                best = (mib, t, argv)
+        assert best is not None
+        options.append((f"fusion buckets of {best[0]} MiB (best of {', '.join(map(str, BUCKETS_MIB))} MiB)",
+                        [f"@{best[0]}"]))
+    options += [("twice the link bandwidth", ["--link-scale", "2"]),
+                ("half the link latency", ["--link-scale", "1:0.5"]),
+                ("fp16/bf16 gradients (half the bytes)", ["--grad-dtype", "bfloat16"])]
+    if encode is not None:
+        options.append((f"top-k compression at ratio {cfg.compress_ratio:g} (measured encode "
+                        f"{encode * 1e3:.3g} ns/B)", ["--compress", f"{cfg.compress_ratio:g}:{encode:.4g}"]))
+    options.append((f"twice the batch per worker ({2 * summary['batch']})", ["--batch", str(2 * summary["batch"])]))
+    if summary.get("io_threads"):
+        options.append((f"twice the I/O threads ({2 * summary['io_threads']})",
+                        ["--io-threads", str(2 * summary["io_threads"])]))
+    rows = []
+    for label, extra in options:
+        if extra and extra[0].startswith("@"):
+            mib = int(extra[0][1:])
+            argv = [a if a != winner.name else _bucket_strategy(root, winner, mib) for a in base]
+        else:
+            argv = [*base, *extra]
+        t, ips = t_iter(argv)
+        rows.append({"what": label, "t_iter_us": t, "images_per_s": ips, "gain_pct": 100 * (ips / base_ips - 1),
+                     "command": "gdlbench predict " + shlex.join(argv)})
+    rows.sort(key=lambda r: r["gain_pct"], reverse=True)
+    out = {"workers": n, "strategy": winner.name, "base_t_iter_us": base_t, "base_images_per_s": base_ips,
+           "base_command": "gdlbench predict " + shlex.join(base), "ranked": rows}
+    if winner.collective == "allreduce":
+        out["bucket_sweep"] = sweep
+    return out
+
+
+def _bucket_strategy(root: Path, s: Strategy, mib: int) -> str:
+    """A strategy file: `s` with its gradients fused into buckets of `mib` MiB (relative path)."""
+    rel = f"strategies/{s.name}-bucket-{mib}MiB.json"
+    path = root / rel
+    if not path.is_file():
+        d = replace(s, name=f"{s.name}-bucket-{mib}MiB", bucket_bytes=mib * 2**20,
+                    source=f"{s.name} with {mib} MiB buckets (gdlbench study's bucket sweep)").to_dict()
+        d.pop("describe", None)
+        write_atomic(path, json.dumps(d, indent=1))
+    return rel
+

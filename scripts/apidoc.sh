@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The API reference, generated from the docstrings by pdoc into OUT (default build/apidoc);
+# any warning is an error.   scripts/apidoc.sh [PYTHON] [OUT]   (needs pdoc)
+set -euo pipefail
+# PYTHON may be relative to the caller's folder: make it absolute before leaving that folder
+if [ -n "${1:-}" ]; then set -- "$(realpath -s "$1")" "${@:2}"; fi
+cd "$(dirname "$0")/.."
+root=$(pwd)
+python=${1:-$root/.venv/bin/python}
+out=$(realpath -m "${2:-$root/build/apidoc}")
+cd "$(mktemp -d)"   # document the installed package (with its native modules), not the checkout
+"$python" -W error -m pdoc --docformat markdown -o "$out" gdlbench gdlbench.compare gdlbench.measurement \
+  gdlbench.collectives gdlbench.model gdlbench.network gdlbench.strategies gdlbench.iteration gdlbench.scaling \
+  gdlbench.report gdlbench.units gdlbench.errors '!gdlbench.commands'
+test -s "$out/gdlbench.html"
+echo "API reference: $out/index.html"

@@ -1,0 +1,267 @@
+"""gdlbench study: a real study on 2 ranks (small nets, so the suite stays quick), its report in a
+real headless browser, every report number against the JSON it names, a study killed midway and
+resumed without measuring a finished cell again, and predict's what-if options."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from helpers import GDLBENCH_CMD, MPIEXEC, NEUTRAL_CWD, mpi_env, run_cli
+
+DATA = Path(__file__).parent / "data"
+MLP, CONVNET = str(DATA / "mlp.json"), str(DATA / "convnet.json")
+STUDY_ARGS = ["--nets", f"{MLP},{CONVNET}", "--strategies", "cntk,wfbp-fusion,mxnet,serial", "--batch", "4",
+              "--workers", "1,2,4,16,64", "--iters", "2", "--warmup", "0"]
+
+
+def _study(out: Path, *extra: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return run_cli("study", "--out", str(out), *STUDY_ARGS, *extra, nranks=2, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("study") / "s"
+    p = _study(out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "left" in p.stderr or "estimate" in p.stderr  # progress with an estimate of the time left
+    return out
+
+
+def _pointer(doc, ptr: str):
+    for part in ptr.lstrip("/").split("/"):
+        doc = doc[int(part)] if isinstance(doc, list) else doc[part]
+    return doc
+
+
+class _Numbers(HTMLParser):
+    """(data-src, data-scale, shown text) of every number in the report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, float, str]] = []
+        self._open: tuple[str, float] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "span" and "data-src" in a:
+            self._open = (a["data-src"], float(a["data-scale"]))
+            self.found.append((*self._open, ""))
+
+    def handle_data(self, data):
+        if self._open is not None:
+            src, scale, text = self.found[-1]
+            self.found[-1] = (src, scale, text + data)
+
+    def handle_endtag(self, tag):
+        if tag == "span":
+            self._open = None
+
+
+def test_study_directory_holds_the_report_and_every_measurement(study_dir):
+    index = json.loads((study_dir / "study.json").read_text())
+    assert {c["state"] for c in index["cells"]} == {"done"}
+    for cell in index["cells"]:  # each measurement in the project's JSON shape
+        doc = json.loads((study_dir / cell["json"]).read_text())
+        assert doc["tool"] == "gdlbench" and doc["rows"] and "env" in doc and "timing" in doc
+    assert set(index["analysis"]["nets"]) == {"mlp", "convnet"}
+    for name in ("report.html", "report.md", *index["report"]["images"]):
+        assert (study_dir / name).stat().st_size > 0
+    md = (study_dir / "report.md").read_text()
+    html = (study_dir / "report.html").read_text()
+    for heading in ("## Verdicts", "## Machine, versions and how to reproduce", "### Scaling",
+                    "### What would make it faster", "### Measured timeline of one iteration per strategy"):
+        assert heading in md and heading[heading.index(" ") + 1:] in html
+    assert "http://" not in html and "https://" not in html  # nothing to fetch
+    assert html.count("data:image/png;base64,") == len(index["report"]["images"])
+    assert not list(study_dir.rglob(".*.tmp*"))
+
+
+def test_every_report_number_traces_to_its_json_field(study_dir):
+    index = json.loads((study_dir / "study.json").read_text())
+    parser = _Numbers()
+    parser.feed((study_dir / "report.html").read_text())
+    assert len(parser.found) > 100
+    for src, scale, text in parser.found:
+        value = _pointer(index, src)
+        if text == "-":
+            assert value is None, src
+            continue
+        shown = float(re.sub(r"[^0-9eE.+-]", "", text.replace(",", "")))
+        digits = len(text.split(".")[1].rstrip(" %msGB/un")) if "." in text else 0
+        assert abs(shown - value * scale) <= 0.5 * 10 ** -digits + 1e-9 * abs(value * scale), (src, text, value)
+    # and the JSON fields trace to the measurements: measured times are the cells' medians
+    for net, na in index["analysis"]["nets"].items():
+        cell = json.loads((study_dir / na["phases_file"]).read_text())
+        for c in na["compare"]:
+            row = next(r for r in cell["rows"] if r["phase"] == "iteration" and r["strategy"] == c["strategy"])
+            assert c["measured_us"] == row["time_us"] == cell["summary"]["measured_us"][c["strategy"]], net
+
+
+def test_a_what_if_number_reproduces_with_its_predict_command(study_dir, tmp_path):
+    index = json.loads((study_dir / "study.json").read_text())
+    w = index["analysis"]["nets"]["mlp"]["what_ifs"][-1]
+    for entry in w["ranked"][:3]:
+        argv = entry["command"].split()[1:]
+        out = tmp_path / "p.json"
+        p = subprocess.run([*GDLBENCH_CMD, *argv, "--json", str(out)], capture_output=True, text=True,
+                           cwd=study_dir, env=mpi_env(), timeout=120)
+        assert p.returncode == 0, (entry["command"], p.stderr)
+        row = json.loads(out.read_text())["rows"][0]
+        assert row["t_iter_us"] == pytest.approx(entry["t_iter_us"], rel=1e-12), entry["what"]
+
+
+def test_report_renders_in_headless_chromium(study_dir, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)")
+    # A copy of the report with a checker first in <head>: it records failed images, script
+    # errors and console errors, and once everything has loaded writes them on <body>.
+    check = """<script>
+    window.__errors = [];
+    const ce = console.error;
+    console.error = (...a) => { window.__errors.push(a.join(' ')); ce(...a); };
+    window.addEventListener('error', e => window.__errors.push(String(e.message || (e.target && e.target.tagName))), true);
+    window.addEventListener('load', () => {
+      const imgs = [...document.images];
+      document.body.setAttribute('data-check', JSON.stringify({
+        images: imgs.length, loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+        errors: window.__errors, page_width: document.documentElement.scrollWidth,
+        window_width: window.innerWidth}));
+    });
+    </script>"""
+    page = tmp_path / "checked.html"
+    page.write_text((study_dir / "report.html").read_text().replace("<head>", "<head>" + check, 1))
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+             "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*flags, "--window-size=412,900", "--virtual-time-budget=20000", "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    m = re.search(r"data-check=\"([^\"]*)\"", dom.stdout)
+    assert m, "the page never finished loading"
+    result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    index = json.loads((study_dir / "study.json").read_text())
+    assert result["images"] == len(index["report"]["images"]) and result["loaded"] == result["images"], result
+    assert result["errors"] == [], result
+    assert result["page_width"] <= result["window_width"], result  # a phone scrolls tables, not the page
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+    assert console == []
+    shot = tmp_path / "phone.png"  # the report itself, unmodified, at a phone's width
+    p = subprocess.run([*flags, "--window-size=412,2400", f"--screenshot={shot}",
+                        (study_dir / "report.html").as_uri()], capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0 and shot.stat().st_size > 10_000, p.stderr[-2000:]
+    keep = os.environ.get("GDLBENCH_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(shot, Path(keep) / "study-report-phone.png")
+
+
+def test_killed_study_resumes_without_measuring_a_finished_cell_again(tmp_path):
+    out = tmp_path / "s"
+    cmd = [str(MPIEXEC), "-n", "2", *GDLBENCH_CMD, "study", "--out", str(out), *STUDY_ARGS]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_env(), cwd=NEUTRAL_CWD,
+                            start_new_session=True)
+    first = out / "cells" / "trace-mlp.json"  # the last file of the first net's cell
+    deadline = time.monotonic() + 300
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.exists(), proc.communicate()[1][-2000:] if proc.poll() is not None else "timed out"
+    os.killpg(proc.pid, signal.SIGKILL)  # midway: the next net's cell is running
+    proc.communicate()
+    assert not (out / "report.html").exists()
+    for f in out.rglob("*"):  # nothing half-written: every finished file parses
+        if f.suffix == ".json" and not f.name.startswith("."):
+            json.loads(f.read_text())
+    finished = {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in (out / "cells").glob("*.json")}
+    assert {"iteration-mlp.json", "trace-mlp.json"} <= set(finished) and "trace-convnet.json" not in finished
+    cells_done = {"allreduce-fit", "compress", "iteration-mlp"}
+    if "iteration-convnet.json" in finished:  # its JSON, but not yet its trace: a cell half done, run again
+        del finished["iteration-convnet.json"]
+
+    again = run_cli("study", "--resume", str(out), nranks=2, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{len(cells_done)} already measured (kept, not measured again)" in again.stderr
+    for name, (mtime, data) in finished.items():
+        f = out / "cells" / name
+        assert f.stat().st_mtime_ns == mtime and f.read_bytes() == data, name
+    index = json.loads((out / "study.json").read_text())
+    kept = {c["name"] for c in index["cells"] if c["kept_from_earlier_run"]}
+    assert kept == cells_done
+    assert {c["state"] for c in index["cells"]} == {"done"} and index["resumes"]
+    assert (out / "report.html").exists() and not list(out.rglob(".*.tmp*"))
+
+
+def test_study_bad_input_is_one_line_and_exit_2(tmp_path):
+    p = run_cli("study", "--out", str(tmp_path / "x"), "--nets", "nosuchnet", nranks=2)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "nosuchnet" in p.stderr, p.stderr
+    p = run_cli("study", "--out", str(tmp_path / "one"), "--quick")  # one rank, no --link: nothing to predict with
+    assert p.returncode == 2 and "--link" in p.stderr and not (tmp_path / "one").exists(), p.stderr
+    p = run_cli("study", "--resume", str(tmp_path / "none"), nranks=2)
+    assert p.returncode == 2 and "study.json" in p.stderr, p.stderr
+    (tmp_path / "y").mkdir()
+    (tmp_path / "y" / "study.json").write_text('{"command": "study", "config": {}}')
+    p = run_cli("study", "--out", str(tmp_path / "y"), nranks=2)
+    assert p.returncode == 2 and "--resume" in p.stderr, p.stderr
+
+
+def _predict(*args: str) -> dict:
+    from gdlbench import cli
+    from gdlbench.commands.predict import evaluate
+
+    return evaluate(cli.build_parser().parse_args(["predict", "--net", "resnet50", "--strategy", "wfbp",
+                                                   "--alpha", "5", "--bandwidth", "10", "--workers", "16",
+                                                   *args])).rows[0]
+
+
+@pytest.fixture()
+def phases_file(tmp_path) -> str:
+    from gdlbench.model import Phases
+
+    p = Phases.synthetic("resnet50", 32, gflops=8000)
+    p.io_threads = 4
+    p.io_us = 80_000.0
+    path = tmp_path / "phases.json"
+    path.write_text(json.dumps(p.to_report()))
+    return str(path)
+
+
+def test_predict_what_ifs_move_the_numbers_the_right_way(phases_file):
+    base = _predict("--phases", phases_file)
+    fast = _predict("--phases", phases_file, "--link-scale", "2")
+    assert fast["comm_us"] < base["comm_us"] and fast["t_iter_us"] <= base["t_iter_us"]
+    low_lat = _predict("--phases", phases_file, "--link-scale", "1:0.5")
+    assert low_lat["comm_us"] < base["comm_us"]
+    half = _predict("--phases", phases_file, "--grad-dtype", "bfloat16")
+    # half the bytes: the bandwidth part of every message halves, the latency part stays
+    assert half["comm_us"] < base["comm_us"] and half["comm_us"] > base["comm_us"] / 2
+    free = _predict("--phases", phases_file, "--compress", "100")
+    costly = _predict("--phases", phases_file, "--compress", "100:1e-3")
+    assert free["comm_us"] < half["comm_us"] and costly["comm_us"] > free["comm_us"]
+    one = _predict("--phases", phases_file, "--compress", "100:1e-3", "--workers", "1")
+    assert one["comm_us"] == 0  # one worker sends nothing, so it encodes nothing
+    big = _predict("--phases", phases_file, "--batch", "64")
+    assert big["forward_us"] == pytest.approx(2 * base["forward_us"]) and big["update_us"] == base["update_us"]
+    serial = _predict("--phases", phases_file, "--strategy", "serial")  # I/O not hidden by prefetch
+    io = _predict("--phases", phases_file, "--strategy", "serial", "--io-threads", "8")
+    assert serial["io_exposed_us"] > 0 and io["io_exposed_us"] == pytest.approx(serial["io_exposed_us"] / 2)
+
+
+def test_compress_command_checks_top_k_against_numpy(tmp_path):
+    out = tmp_path / "c.json"
+    p = run_cli("compress", "--ratio", "10,100", "--values", "1M", "--iters", "2", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["wrong"] for r in rows] == [0, 0] and all(r["encode_us_per_byte"] > 0 for r in rows)
+    assert rows[0]["kept"] == 50_000 and rows[1]["kept"] == 5_000
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))

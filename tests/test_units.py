@@ -1,0 +1,41 @@
+"""Units as users type them: sizes, bandwidths, lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from gdlbench.errors import UsageError
+from gdlbench.units import parse_bandwidth, parse_size, split_list
+
+
+@pytest.mark.parametrize("text, gbs", [
+    ("12.5", 12.5), ("12.5GB/s", 12.5), ("12.5 GB/s", 12.5), ("100Gb/s", 12.5), ("100Gbit/s", 12.5),
+    ("100Gbps", 12.5), ("800MB/s", 0.8), ("1TB/s", 1000.0), ("10GiB/s", 10 * 2**30 / 1e9), (3, 3.0),
+])
+def test_bandwidth_with_and_without_units(text, gbs):
+    assert parse_bandwidth(text) == pytest.approx(gbs)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "12.5G", "GB/s", "12.5 furlongs", "1e400", "2e6"])
+def test_bandwidth_refused(text):
+    with pytest.raises(UsageError, match="--bandwidth"):
+        parse_bandwidth(text)
+
+
+def test_predict_takes_the_same_model_from_either_unit():
+    from gdlbench.cli import build_parser
+    from gdlbench.commands.predict import comm_model_from_args
+
+    def beta(bw: str) -> float:
+        args = build_parser().parse_args(["predict", "--alpha", "5", "--bandwidth", bw])
+        return comm_model_from_args(args).beta_us_per_byte
+
+    assert beta("100Gb/s") == pytest.approx(beta("12.5")) == pytest.approx(beta("12.5GB/s")) == pytest.approx(8e-5)
+
+
+def test_lists_refuse_empty_items():
+    assert split_list(" a, b ,c", "--x") == ["a", "b", "c"]
+    for bad in ("", ",", "a,", "a,,b"):
+        with pytest.raises(UsageError, match="--x"):
+            split_list(bad, "--x")
+    assert parse_size("4K") == 4096
