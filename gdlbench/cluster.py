@@ -16,7 +16,7 @@ one-level formula on the intra-node link.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,20 @@ class Cluster:
         g2 = self.inter.gamma_us_per_byte or g1
         return costmodel.two_level_terms(algo, shape, m).time_us(
             m, {INTRA: a1, INTER: a2}, {INTRA: b1, INTER: b2}, {INTRA: g1, INTER: g2})
+
+    def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> Cluster:
+        """What-if: the inter-node link (the one every algorithm across nodes waits for) with its
+        bandwidth times `bandwidth` and its latency times `latency`, in every regime."""
+        for name, v in (("bandwidth", bandwidth), ("latency", latency)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise UsageError(f"link scale: {name} factor must be a number > 0, got {v!r}")
+        if bandwidth == 1 and latency == 1:
+            return self
+        x = self.inter
+        inter = replace(x, alpha_us=x.alpha_us * latency, gbs=x.gbs * bandwidth,
+                        regimes=tuple((m, a * latency, b / bandwidth) for m, a, b in x.regimes))
+        note = f"inter-node link scaled: bandwidth x {bandwidth:g}, latency x {latency:g}"
+        return replace(self, inter=inter, notes=(*self.notes, note))
 
     # The communication-model interface predict_iteration uses (as model.CommModel).
     @property

@@ -71,6 +71,8 @@ class Config:
     threads: int | None
     quick: bool
     link: str | None = None  # "ALPHA_US:GBS": predict with this link instead of the measured fit
+    cluster: str | None = None  # a cluster file (absolute path): predict on its two levels instead
+    nodes: int = 1  # nodes the measuring ranks span: on several, the fit has two levels and prices the scales
     io_dir: str | None = None
     compress_ratio: float = COMPRESS_RATIO
     net_specs: dict[str, str] = field(default_factory=dict)  # name -> built-in name or spec file
@@ -109,7 +111,8 @@ def _parse_batch(text: str | None, nets: list[str], device: str, quick: bool) ->
     return out
 
 
-def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
+def config_from_args(args: argparse.Namespace, world_size: int, nodes: int = 1) -> Config:
+    from . import cluster
     from .units import parse_int_list
 
     quick = bool(args.quick)
@@ -128,11 +131,17 @@ def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
     scales = (sorted(set(parse_int_list(args.scales, "--scales"))) if args.scales else
               sorted({world_size, *(n for n in DEFAULT_SCALES if n <= max(workers))}))
     workers = sorted(set(workers) | set(scales) | {1, world_size})
+    cluster_file = getattr(args, "cluster", None)
+    if args.link is not None and cluster_file:
+        raise UsageError("give --link (one level) or --cluster (two levels), not both")
     if args.link is not None:
         _link(args.link)
+    elif cluster_file:
+        cluster.load_cluster(cluster_file)  # its errors now, not after the measurements
+        cluster_file = str(Path(cluster_file).resolve())  # the predictions run in the study's directory
     elif world_size == 1:
         raise UsageError("one rank measures no link to predict with: run the study under mpiexec -n 2 (or more), "
-                         "or give --link ALPHA_US:GBS")
+                         "or give --link ALPHA_US:GBS or --cluster FILE")
     ratio = COMPRESS_RATIO if args.compress_ratio is None else args.compress_ratio
     if not ratio >= 1:
         raise UsageError(f"--compress-ratio must be >= 1, got {ratio}")
@@ -141,7 +150,7 @@ def config_from_args(args: argparse.Namespace, world_size: int) -> Config:
     if iters < 1 or warmup < 0:
         raise UsageError(f"need --iters >= 1 and --warmup >= 0, got {iters} and {warmup}")
     return Config(nets, strategies, _parse_batch(args.batch, nets, device, quick), workers, scales, world_size,
-                  device, iters, warmup, args.threads, quick, args.link,
+                  device, iters, warmup, args.threads, quick, args.link, cluster_file, nodes,
                   str(Path(args.io_dir).resolve()) if args.io_dir else None, float(ratio), specs)
 
 
@@ -459,12 +468,18 @@ def _strategy_algo(s: Strategy) -> str:
 
 
 def _comm_argv(cfg: Config, strategy: Strategy) -> list[str]:
+    """predict's communication model: the link or cluster given, else the fit measured here (on
+    several nodes its two levels: the fit's JSON is a cluster file)."""
     if cfg.link:
         alpha, gbs = _link(cfg.link)
         return ["--alpha", f"{alpha:g}", "--bandwidth", f"{gbs:g}"]
+    if cfg.cluster:
+        return ["--cluster", cfg.cluster]
     if cfg.world_size == 1:
         raise UsageError("one rank measures no link: run the study under mpiexec -n 2 (or more), or give "
-                         "--link ALPHA_US:GBS for the predictions")
+                         "--link ALPHA_US:GBS or --cluster FILE for the predictions")
+    if cfg.nodes > 1:
+        return ["--cluster", "cells/allreduce-fit.json"]
     return ["--from", "cells/allreduce-fit.json", "--algo", _strategy_algo(strategy)]
 
 
@@ -508,10 +523,16 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
     fit_summary = None
     if (root / "cells/allreduce-fit.json").is_file():
         fit_doc = json.loads((root / "cells/allreduce-fit.json").read_text())
+        fits = fit_doc["summary"].get("fit", [])
+        if isinstance(fits, dict):  # several nodes: the whole communicator's fits beside the levels
+            levels = fits.get("levels") or {}
+            fits = [*fits.get("whole", []),
+                    *({**f, "algo": f"{level} (library, {level}-node level)"} for level in ("intra", "inter")
+                      if isinstance(f := levels.get(level), dict))]
         fit_summary = [{**{k: f.get(k) for k in ("algo", "alpha_us", "beta_us_per_byte", "gamma_us_per_byte",
                                                    "link_gbs", "median_rel_error")},
                         "regimes": len(f.get("regimes") or []) or 1}
-                       for f in fit_doc["summary"].get("fit", [])]
+                       for f in fits]
     nets = {}
     for net_name in cfg.nets:
         nets[net_name] = analyse_net(root, cfg, net_name, strategies, encode)
@@ -520,7 +541,8 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
                                                            "source": "cells/compress.json"},
             "measured_workers": cfg.world_size,
             "notes": ["t_iter predicted by `gdlbench predict` from the measured phases and the alpha-beta fit "
-                      "(or --link); measured: median of the composed iteration, max over ranks",
+                      "(or --link, or the two-level cluster of --cluster or of the fit across nodes); measured: "
+                      "median of the composed iteration, max over ranks",
                       "the measured breakdown bars are one traced iteration (the last timed one), whose length "
                       "differs from the median by the run's spread"]}
 

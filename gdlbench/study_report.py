@@ -213,6 +213,9 @@ def build_document(index: dict) -> Doc:
                   f"Measured here on {n_meas} worker(s); predicted for {', '.join(map(str, cfg['workers']))} workers "
                   "from the phases measured here and "
                   + (f"the link given on the command line ({cfg['link']} us:GB/s)." if cfg.get("link") else
+                     f"the two-level cluster of {cfg['cluster']}." if cfg.get("cluster") else
+                     f"the two-level alpha-beta fit of this machine's all-reduce across {cfg['nodes']} nodes "
+                     "(inside a node and between nodes)." if cfg.get("nodes", 1) > 1 else
                      "the alpha-beta fit of this machine's all-reduce.")
                   + (" Quick mode: batch 1 and few iterations, to check the pipeline, not to quote."
                      if cfg.get("quick") else "")]))
@@ -294,7 +297,7 @@ def _fit(doc: Doc, an: dict) -> None:
                       "fitted by `gdlbench allreduce --fit` on this machine's ranks (cells/allreduce-fit.json); "
                       "the library fit prices the all-reduce strategies, ps the parameter-server ones"))
     else:
-        doc.add(Para(["No fit: the predictions use the link given with --link."]))
+        doc.add(Para(["No fit: the predictions use the link given with --link or the cluster of --cluster."]))
     c = an["compress"]
     doc.add(Para(["Top-k compression at ratio ", Num(c["ratio"], "/analysis/compress/ratio", "{:g}"),
                   " (k = n/(2r) values kept as index + value): encode ",

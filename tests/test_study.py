@@ -120,6 +120,44 @@ def test_a_what_if_number_reproduces_with_its_predict_command(study_dir, tmp_pat
         assert row["t_iter_us"] == pytest.approx(entry["t_iter_us"], rel=1e-12), entry["what"]
 
 
+def test_study_predicts_on_a_two_level_cluster(study_dir, tmp_path):
+    """The same measurements priced on a cluster (--cluster FILE): every prediction command names
+    it, the report says so, and the link what-if scales the inter-node link."""
+    out = tmp_path / "s"
+    shutil.copytree(study_dir, out)
+    cluster_file = tmp_path / "cluster.json"
+    cluster_file.write_text(json.dumps({"nodes": 16, "per_node": 4, "intra": "nvlink4", "inter": "10gbe"}))
+    index = json.loads((out / "study.json").read_text())
+    index["config"]["cluster"] = str(cluster_file)
+    (out / "study.json").write_text(json.dumps(index))
+    (out / "report.html").unlink()
+    p = run_cli("study", "--resume", str(out), nranks=2, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    index = json.loads((out / "study.json").read_text())
+    assert {c["state"] for c in index["cells"]} == {"done"}
+    for na in index["analysis"]["nets"].values():
+        assert all(f"--cluster {cluster_file}" in cmd for cmd in na["predict_commands"].values()), na["predict_commands"]
+        for w in na["what_ifs"]:
+            gains = {r["what"]: r["gain_pct"] for r in w["ranked"]}
+            if w["workers"] > 4:  # across nodes: a faster inter-node link helps
+                assert gains["twice the link bandwidth"] > 0, w
+    assert f"the two-level cluster of {cluster_file}" in (out / "report.md").read_text()
+    p = run_cli("study", "--out", str(tmp_path / "both"), "--cluster", str(cluster_file), "--link", "5:10",
+                nranks=2)
+    assert p.returncode == 2 and "not both" in p.stderr, p.stderr
+
+
+def test_several_nodes_price_the_scales_with_the_two_level_fit():
+    from gdlbench.strategies import get_strategies
+    from gdlbench.study import Config, _comm_argv
+
+    wfbp = get_strategies("wfbp")[0]
+    cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True, nodes=2)
+    assert _comm_argv(cfg, wfbp) == ["--cluster", "cells/allreduce-fit.json"]
+    one_node = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True)
+    assert _comm_argv(one_node, wfbp)[:2] == ["--from", "cells/allreduce-fit.json"]
+
+
 def test_report_renders_in_headless_chromium(study_dir, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

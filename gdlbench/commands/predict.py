@@ -94,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "COST us per dense byte (e.g. 100:2e-4; `gdlbench study` measures top-k's)")
     w.add_argument("--link-scale", metavar="BW[:LAT]",
                    help="every link's bandwidth times BW and latency times LAT (2: twice the bandwidth; 1:0.5: "
-                        "half the latency)")
+                        "half the latency); on a cluster, the inter-node link's")
     w.add_argument("--io-threads", type=int,
                    help="t_io as if read by this many threads (linear in the threads; needs the phases' io_threads)")
     w.add_argument("--overlap", choices=("none", "wfbp"),
@@ -300,10 +300,7 @@ def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_js
     summary_fit = doc.get("summary", {}).get("fit") if isinstance(doc.get("summary"), dict) else None
     comm = two_level or comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None,
                                              load)
-    if two_level and (bw, lat) != (1.0, 1.0):
-        raise UsageError("--link-scale scales a one-level link (--from, --alpha/--bandwidth); for a cluster, "
-                         "give its faster links with --intra/--inter")
-    comm = comm if two_level else comm.scaled(bandwidth=bw, latency=lat)
+    comm = comm.scaled(bandwidth=bw, latency=lat)  # on a cluster: its inter-node link
     dtype_bytes = GRAD_DTYPE_BYTES[args.grad_dtype]
     rows = predict_scaling(net, phases, comm, strategies, workers, dtype_bytes, compress=compress)
     summary = {

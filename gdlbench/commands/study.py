@@ -28,8 +28,8 @@ from ..study import (
 # MPI at their level
 MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL
 
-STUDY_OPTIONS = ("nets", "strategies", "batch", "workers", "scales", "link", "compress_ratio", "quick", "iters",
-                 "warmup", "threads", "device", "io_dir")
+STUDY_OPTIONS = ("nets", "strategies", "batch", "workers", "scales", "link", "cluster", "compress_ratio", "quick",
+                 "iters", "warmup", "threads", "device", "io_dir")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", metavar="ALPHA_US:GBS",
                    help="predict the scales with this link (e.g. 5:12.5, a 100 Gb/s fabric) instead of the fit "
                         "measured here")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="predict the scales on this two-level cluster (a file as `gdlbench predict --cluster` takes: "
+                        "nodes, per_node, intra and inter links) instead of the one-level fit; on several nodes the "
+                        "study uses its own two-level fit")
     p.add_argument("--compress-ratio", type=float, help="compression ratio of the compression what-if (default 100)")
     p.add_argument("--quick", action="store_true",
                    help="batch 1, 2 iterations, a short sweep: checks the whole pipeline in about a minute (for CI)")
@@ -56,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
 
 
-def _prepare(args: argparse.Namespace, world_size: int) -> tuple[Path, object, bool]:
+def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Path, object, bool]:
     from ..plots import require_matplotlib
 
     require_matplotlib()  # the report's figures: fail now, not after the measurements
@@ -77,7 +81,7 @@ def _prepare(args: argparse.Namespace, world_size: int) -> tuple[Path, object, b
         raise UsageError(f"--out {root}: holds a study already; --resume {root} finishes it, or choose another DIR")
     if root.exists() and not root.is_dir():
         raise UsageError(f"--out {root}: not a directory")
-    cfg = config_from_args(args, world_size)
+    cfg = config_from_args(args, world_size, nodes)
     try:
         (root / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -88,9 +92,10 @@ def _prepare(args: argparse.Namespace, world_size: int) -> tuple[Path, object, b
 def run(args: argparse.Namespace) -> int:
     comm = env.world()
     is_root = comm.Get_rank() == 0
+    nodes = env.topology(comm)["nodes"]  # collective: every rank, before rank 0 plans alone
     plan: tuple | str
     try:
-        plan = _prepare(args, comm.Get_size()) if is_root else ""
+        plan = _prepare(args, comm.Get_size(), nodes) if is_root else ""
     except UsageError as exc:
         plan = str(exc)
     plan = comm.bcast(plan, root=0)
