@@ -59,7 +59,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The link: a token bucket (rate; burst and queue as BUILD-NOTES checked them), behind a netem
+# The link: a token bucket (rate; burst and queue sizes checked on this machine kind), behind a netem
 # delay when --delay is given. Applied on both ends of a node's veth: node->switch, switch->node.
 shape() {  # namespace device
   if [ -n "$delay" ]; then
