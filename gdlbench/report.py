@@ -8,7 +8,6 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from rich.table import Table
 from . import __version__
 from .errors import UsageError
 from .measurement import NOISE_NOTE
-from .paths import require_writable_dir
+from .paths import require_writable_dir, write_atomic
 
 
 @dataclass
@@ -59,14 +58,7 @@ class OutputFile:
         require_writable_dir(parent, f"{option} {path}")
 
     def write(self, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent or ".", prefix=f".{self.path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self.path, text)
 
 
 def _csv_cell(key: str, value: Any) -> Any:

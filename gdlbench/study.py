@@ -37,6 +37,7 @@ from . import __version__, env
 from .errors import UsageError
 from .iteration import default_batch
 from .network import load_network
+from .paths import write_atomic
 from .strategies import Strategy, get_strategies
 
 INDEX = "study.json"
@@ -225,24 +226,6 @@ def plan_cells(cfg: Config) -> list[Cell]:
 
 # ---------------------------------------------------------------------------------------------
 # Files written whole or not at all
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """The file appears whole, by rename, or not at all (its temporary name starts with a dot)."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as an ordinary file (mkstemp makes it private)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def remove_partial(root: Path) -> list[str]:

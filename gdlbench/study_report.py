@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from . import plots
-from .study import PHASE_GROUPS, write_atomic
+from .paths import write_atomic
+from .study import PHASE_GROUPS
 
 # ---------------------------------------------------------------------------------------------
 # Blocks

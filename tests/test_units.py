@@ -39,3 +39,24 @@ def test_lists_refuse_empty_items():
         with pytest.raises(UsageError, match="--x"):
             split_list(bad, "--x")
     assert parse_size("4K") == 4096
+
+
+def test_output_files_appear_whole_with_ordinary_permissions(tmp_path):
+    """The one atomic writer (--json/--csv, the study's files): the content whole, no temporary
+    file left, and the mode an ordinary file gets (0666 less the umask), not mkstemp's 0600."""
+    import os
+
+    from gdlbench.paths import write_atomic
+    from gdlbench.report import OutputFile
+
+    old = os.umask(0o022)
+    try:
+        OutputFile(str(tmp_path / "r.json"), "--json").write('{"a": 1}')
+        write_atomic(tmp_path / "sub" / "b.bin", b"\x00\x01")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.json").read_text() == '{"a": 1}'
+    assert (tmp_path / "sub" / "b.bin").read_bytes() == b"\x00\x01"
+    for f in (tmp_path / "r.json", tmp_path / "sub" / "b.bin"):
+        assert f.stat().st_mode & 0o777 == 0o644, oct(f.stat().st_mode)
+    assert not list(tmp_path.rglob(".*"))
