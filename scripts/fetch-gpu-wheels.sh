@@ -31,7 +31,11 @@ target=(--only-binary=:all: --python-version "$pyver" --implementation cp "${pla
 mkdir -p .whl
 python3 -m pip download -q --no-deps "${target[@]}" -d .whl "${CARRIED[@]}"
 if [ "$image" = 1 ]; then
-  mkdir -p .whl/image
-  python3 -m pip download -q "${target[@]}" -d .whl/image "${IMAGE[@]}"
+  # Into a fresh folder: gpu-check installs every wheel of .whl/image, so a wheel an earlier fetch
+  # left there (NCCL 2.32.3 beside today's 2.32.6) would make the install impossible. The earlier
+  # folder still serves as a local source for the wheels that did not change.
+  mkdir -p .whl/image && rm -rf .whl/image.new && mkdir .whl/image.new
+  python3 -m pip download -q "${target[@]}" --find-links .whl/image -d .whl/image.new "${IMAGE[@]}"
+  rm -rf .whl/image && mv .whl/image.new .whl/image
 fi
 ls -la .whl
