@@ -616,7 +616,9 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     position = {i: p for p, i in enumerate(order)}
     ready_after = [position[msg["indices"][-1]] if strategy.overlap == "wfbp" else len(order) - 1 for msg in plan]
 
-    servers = strategy.servers or n
+    # P servers among n workers: P = n by default, and never more servers than workers (predict's
+    # speedup prices the strategy at n = 1 too, where a P-server fit of a larger run has one)
+    servers = min(strategy.servers or n, n)
     after_push_pulls: list[float] = []
     if message_costs_us is not None or pull_costs_us is not None:
         for what, given in (("message_costs_us", message_costs_us), ("pull_costs_us", pull_costs_us)):
