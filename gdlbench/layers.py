@@ -123,6 +123,8 @@ def time_layer(spec: dict[str, Any], batch: int, device: str = "auto", passes: t
     check_timing(iters, warmup, "layer")
     if batch < 1:
         raise UsageError(f"layer: --batch must be >= 1, got {batch}")
+    if not passes:
+        raise UsageError(f"layer: --pass names no pass ({', '.join(PASSES)})")
     for p in passes:
         if p not in PASSES:
             raise UsageError(f"layer: pass must be one of {', '.join(PASSES)}, got {p!r}")
