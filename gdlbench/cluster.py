@@ -171,14 +171,11 @@ class Cluster:
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> Cluster:
         """What-if: the inter-node link (the one every algorithm across nodes waits for) with its
         bandwidth times `bandwidth` and its latency times `latency`, in every regime."""
-        for name, v in (("bandwidth", bandwidth), ("latency", latency)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise UsageError(f"link scale: {name} factor must be a number > 0, got {v!r}")
+        x = self.inter
+        alpha, _, regimes = costmodel.scale_link(x.alpha_us, x.beta_us_per_byte, x.regimes, bandwidth, latency)
         if bandwidth == 1 and latency == 1:
             return self
-        x = self.inter
-        inter = replace(x, alpha_us=x.alpha_us * latency, gbs=x.gbs * bandwidth,
-                        regimes=tuple((m, a * latency, b / bandwidth) for m, a, b in x.regimes))
+        inter = replace(x, alpha_us=alpha, gbs=x.gbs * bandwidth, regimes=regimes)
         note = f"inter-node link scaled: bandwidth x {bandwidth:g}, latency x {latency:g}"
         return replace(self, inter=inter, notes=(*self.notes, note))
 

@@ -267,5 +267,17 @@ def two_level_terms(name: str, shape: TwoLevelShape, m: float) -> Terms:
     return c.two_level(shape, m)
 
 
+def scale_link(alpha_us: float, beta_us_per_byte: float, regimes: tuple[tuple[int, float, float], ...],
+               bandwidth: float, latency: float) -> tuple[float, float, tuple[tuple[int, float, float], ...]]:
+    """What-if of one link: its bandwidth times `bandwidth` (beta divided) and its latency times
+    `latency` (alpha multiplied), in every regime (from_bytes, alpha, beta); UsageError unless both
+    factors are numbers > 0."""
+    for what, v in (("bandwidth", bandwidth), ("latency", latency)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise UsageError(f"link scale: {what} factor must be a number > 0, got {v!r}")
+    return (alpha_us * latency, beta_us_per_byte / bandwidth,
+            tuple((m, a * latency, b / bandwidth) for m, a, b in regimes))
+
+
 def formula(name: str) -> str:
     return cost(name).formula

@@ -117,14 +117,12 @@ class CommModel:
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> CommModel:
         """What-if: every link bandwidth times `bandwidth` (beta divided), every latency times
         `latency` (alpha multiplied), in every regime; the reduction (gamma) unchanged."""
-        for name, v in (("bandwidth", bandwidth), ("latency", latency)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise UsageError(f"link scale: {name} factor must be a number > 0, got {v!r}")
+        alpha, beta, regimes = costmodel.scale_link(self.alpha_us, self.beta_us_per_byte, self.regimes,
+                                                    bandwidth, latency)
         if bandwidth == 1 and latency == 1:
             return self
         note = f"links scaled: bandwidth x {bandwidth:g}, latency x {latency:g}"
-        return replace(self, alpha_us=self.alpha_us * latency, beta_us_per_byte=self.beta_us_per_byte / bandwidth,
-                       regimes=tuple((m, a * latency, b / bandwidth) for m, a, b in self.regimes),
+        return replace(self, alpha_us=alpha, beta_us_per_byte=beta, regimes=regimes,
                        note="; ".join(x for x in (self.note, note) if x))
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
