@@ -24,11 +24,10 @@ void bind_cuda_nccl(py::module_& m) {
          const std::string& algo) {
         const auto t = comm::parse_dtype(dtype);
         const auto o = comm::parse_op(op);
-        GDL_REQUIRE(algo == "library" || algo == "hier", "nccl: algorithm '", algo, "' (library, hier)");
+        const auto a = comm::parse_algo(algo);
         MPI_Comm c = get_comm(comm);
         py::gil_scoped_release nogil;
-        if (algo == "hier") cuda::nccl_hier_allreduce(as_ptr(ptr), count, t, o, c);
-        else cuda::nccl_allreduce(as_ptr(ptr), count, t, o, c);
+        cuda::nccl_allreduce(as_ptr(ptr), count, t, o, c, a);
       },
       py::arg("comm"), py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("op") = "sum",
       py::arg("algo") = "library",

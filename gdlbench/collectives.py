@@ -62,6 +62,7 @@ class Kind:
     host_buffers: int  # buffers of the row's size a rank holds (send, receive, scratch), for the memory check
     algos: tuple[str, ...] = ("library",)  # what --algo may name; library: the backend's own call
     cost: str | None = None  # its costmodel entry; None: the entry of the algorithm it runs
+    fits: bool = False  # --fit: the alpha-beta model is fitted to its sweep (and per level, on several nodes)
 
     def cost_name(self, algo: str) -> str:
         """The costmodel entry that prices this collective run with `algo`."""
@@ -71,7 +72,7 @@ class Kind:
 COLLECTIVES: dict[str, Kind] = {k.name: k for k in (
     Kind("allreduce", reduces=True, rooted=False, size_is_total=False, bus_factor_formula="2(N-1)/N",
          bus_factor=lambda n: 2.0 * (n - 1) / n, host_buffers=3,
-         algos=ALGOS),
+         algos=ALGOS, fits=True),
     Kind("reduce_scatter", reduces=True,
          rooted=False, size_is_total=True, bus_factor_formula="(N-1)/N",
          bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="reduce_scatter"),

@@ -107,10 +107,14 @@ class BatchLoader {
     if (thread_.joinable()) thread_.join();
     if (!error_.empty()) GDL_FAIL("data I/O failed: ", error_);
   }
-  bool active() const { return static_cast<bool>(io_); }
-  bool prefetch() const { return prefetch_; }
-  clock::time_point read_start() const { return read_start_; }
-  clock::time_point read_end() const { return read_end_; }
+  // The last read into the trace, in microseconds since t0 (nothing without I/O).
+  void stamp(IterationTrace& trace, clock::time_point t0) const {
+    if (!io_) return;
+    const auto since = [&](clock::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
+    trace.io_prefetch = prefetch_;
+    trace.io_start = since(read_start_);
+    trace.io_end = since(read_end_);
+  }
 
  private:
   void read() {

@@ -6,8 +6,10 @@
 // count_include_pad=True): padding counts, but positions past the padding (ceil mode) do not.
 #pragma once
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 
+#include "common/fill.h"  // GDL_HD: host and device
 #include "common/layer_spec.h"
 
 namespace gdl {
@@ -47,6 +49,34 @@ struct PoolGeom {
     GDL_REQUIRE(numel(s.out_shape) == g.c * g.oh * g.ow, s.type, " ", s.name, ": out_shape should be {", g.c, ", ",
                 g.oh, ", ", g.ow, "} (ceil_mode ", int(g.ceil_mode), ")");
     return g;
+  }
+
+  // Output o's window along one axis (stride s, padding p, kernel k, input extent n): the input
+  // range [lo, hi) clipped to the input; returns the extent clipped to the PADDED input (average
+  // pooling's divisor).
+  static GDL_HD float window(int64_t o, int s, int p, int k, int64_t n, int64_t& lo, int64_t& hi) {
+    const int64_t start = o * s - p;
+    const int64_t end_padded = start + k < n + p ? start + k : n + p;
+    lo = start > 0 ? start : 0;
+    hi = end_padded < n ? end_padded : n;
+    return float(end_padded - start);
+  }
+
+  // Max pooling of output (oy, ox) over one input plane, scanning rows then columns (Caffe's
+  // order): strict > keeps the first maximum, whose offset in the plane goes to `index` (-1 for a
+  // window that holds no input).
+  GDL_HD float window_max(const float* plane, int64_t oy, int64_t ox, int32_t& index) const {
+    int64_t y0, y1, x0, x1;
+    window(oy, sh, ph, kh, h, y0, y1);
+    window(ox, sw, pw, kw, w, x0, x1);
+    float best = -FLT_MAX;
+    index = -1;
+    for (int64_t iy = y0; iy < y1; ++iy)
+      for (int64_t ix = x0; ix < x1; ++ix) {
+        const float v = plane[iy * w + ix];
+        if (v > best) best = v, index = int32_t(iy * w + ix);
+      }
+    return best;
   }
 };
 

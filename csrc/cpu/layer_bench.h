@@ -1,7 +1,7 @@
-// One CPU layer on its own: built from a spec with its own buffers filled with gdlbench's test
-// data (common/fill.h), timed per pass on the host steady clock, or run once on given arrays so
-// tests can compare it with a numpy reference. Both paths use the same Layer object.
+// One CPU layer on its own (common/layer_bench.h): host buffers, timed on the host steady clock.
 #pragma once
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -11,27 +11,24 @@
 
 namespace gdl::cpu {
 
-class LayerBench {
- public:
-  explicit LayerBench(const LayerSpec& spec);
+struct HostMemory {
+  using Elem = float;
+  class Buffer {  // float-aligned host bytes
+   public:
+    explicit Buffer(std::size_t n) : v_((n + sizeof(float) - 1) / sizeof(float)) {}
+    void* data() { return v_.data(); }
 
-  std::vector<double> time(LayerPass pass, const TimingPlan& plan);
-
-  // Forward + backward on these arrays (sizes checked). labels: empty keeps the test labels;
-  // dx_init: empty starts the input gradients at zero (backward_data accumulates onto them).
-  LayerRun run(const std::vector<Floats>& xs, Floats dy, const std::vector<Floats>& params,
-               const std::vector<int32_t>& labels, const std::vector<Floats>& dx_init);
-
-  int64_t param_count() const { return layer_->param_count(); }
-
- private:
-  std::vector<const float*> inputs() const;
-  std::vector<float*> input_grads();
-
-  std::unique_ptr<Layer> layer_;
-  std::vector<std::vector<float>> x_, dx_;
-  std::vector<float> y_, dy_, params_, grads_;
-  std::vector<int32_t> labels_;
+   private:
+    std::vector<float> v_;
+  };
+  static std::unique_ptr<Layer> make_layer(const LayerSpec& spec) { return cpu::make_layer(spec); }
+  static void copy(void* dst, const void* src, std::size_t n) { std::memcpy(dst, src, n); }
+  static void zero(void* dst, std::size_t n) { std::memset(dst, 0, n); }
+  static std::vector<double> time(const TimingPlan& plan, const std::function<void()>& pass) {
+    return time_steady(plan, pass);
+  }
 };
+
+using LayerBench = LayerBenchOn<HostMemory>;
 
 }  // namespace gdl::cpu

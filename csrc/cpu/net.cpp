@@ -103,21 +103,7 @@ class CommThread {
 
 }  // namespace
 
-Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
-  GDL_REQUIRE(!specs.empty(), "a network needs at least one layer");
-  GDL_REQUIRE(batch >= 1, "batch must be >= 1, got ", batch);
-  int64_t total_params = 0;
-  for (std::size_t l = 0; l < specs.size(); ++l) {
-    auto& s = specs[l];
-    s.batch = batch;
-    for (int j : s.inputs)
-      GDL_REQUIRE(j >= -1 && j < static_cast<int>(l), "layer ", s.name, ": input ", j, " is not an earlier layer");
-    GDL_REQUIRE(s.inputs.size() == s.in_shapes.size(), "layer ", s.name, ": inputs and in_shapes differ in length");
-    layers_.push_back(make_layer(s));
-    inputs_.push_back(s.inputs);
-    param_offset_.push_back(total_params);
-    total_params += layers_.back()->param_count();
-  }
+Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, make_layer) {
   // Buffers, touched (zeroed or filled) here so no page fault lands in a timed region.
   const Shape& data_shape = specs.front().in_shapes.at(0);
   data_.assign(batch * numel(data_shape), 0.f);
@@ -129,57 +115,23 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
     act_grad_.emplace_back(layer->out_count(), 0.f);
   }
   fill(act_grad_.back().data(), act_grad_.back().size(), 9);  // dL/dy of the last layer (ignored by a loss)
-  params_ = initial_params(specs, total_params);
-  grads_.assign(total_params, 0.f);
-  momentum_.assign(total_params, 0.f);
+  params_ = initial_params(specs, param_count_);
+  grads_.assign(param_count_, 0.f);
+  momentum_.assign(param_count_, 0.f);
   for (std::size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->bind_params(params_.data() + param_offset_[l], grads_.data() + param_offset_[l]);
   labels_ = initial_labels(batch, numel(specs.back().in_shapes.at(0)));
   for (auto& layer : layers_) layer->set_labels(labels_.data());
-}
-
-std::vector<const float*> Net::layer_inputs(int l) const {
-  std::vector<const float*> v;
-  for (int j : inputs_[l]) v.push_back(j < 0 ? data_.data() : act_[j].data());
-  return v;
-}
-
-std::vector<float*> Net::layer_input_grads(int l) {
-  std::vector<float*> v;
-  for (int j : inputs_[l]) v.push_back(j < 0 ? nullptr : act_grad_[j].data());
-  return v;
-}
-
-void Net::forward_layer(int l) { layers_[l]->forward(layer_inputs(l), act_[l].data()); }
-
-void Net::backward_layer(int l) {
-  const auto x = layer_inputs(l);
-  layers_[l]->backward_params(x, act_[l].data(), act_grad_[l].data());
-  layers_[l]->backward_data(x, act_[l].data(), act_grad_[l].data(), layer_input_grads(l));
-}
-
-void Net::forward(const std::function<void(int)>& after_layer) {
-  for (int l = 0; l < layers(); ++l) {
-    forward_layer(l);
-    if (after_layer) after_layer(l);
+  std::vector<float*> outputs, output_grads;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    outputs.push_back(act_[l].data());
+    output_grads.push_back(act_grad_[l].data());
   }
+  place(data_.data(), std::move(outputs), std::move(output_grads));
 }
 
 void Net::zero_act_grads() {
-  // Input gradients accumulate (an activation may feed several layers): backward zeroes them first.
   for (int l = 0; l + 1 < layers(); ++l) std::memset(act_grad_[l].data(), 0, act_grad_[l].size() * sizeof(float));
-}
-
-void Net::backward_layers(const std::function<void(int)>& after_layer) {
-  for (int l = layers() - 1; l >= 0; --l) {
-    backward_layer(l);
-    if (after_layer) after_layer(l);
-  }
-}
-
-void Net::backward(const std::function<void(int)>& after_layer) {
-  zero_act_grads();
-  backward_layers(after_layer);
 }
 
 void Net::update(const SgdConfig& sgd) {
@@ -259,12 +211,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
   if (last_trace) {
     trace.message_start = comm_thread.starts();
     trace.message_end = comm_thread.ends();
-    if (loader.active()) {
-      const auto since = [&](clock_type::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
-      trace.io_prefetch = loader.prefetch();
-      trace.io_start = since(loader.read_start());
-      trace.io_end = since(loader.read_end());
-    }
+    loader.stamp(trace, t0);
     *last_trace = trace;
   }
   return samples;

@@ -10,25 +10,24 @@
 #include <vector>
 
 #include "common/iteration.h"
+#include "common/layer_graph.h"
 #include "common/timer.h"
 #include "cpu/layer.h"
 
 namespace gdl::cpu {
 
 using gdl::IterationTrace;
+using gdl::LayerGraph;
 using gdl::Message;
 using gdl::SgdConfig;
 
 // Sends one message in place (sum over ranks); the executor calls it from its communication thread.
 using AllreduceFn = std::function<void(float* data, int64_t count)>;
 
-class Net {
+class Net : public LayerGraph<float> {
  public:
   Net(std::vector<LayerSpec> specs, int batch);
 
-  int64_t param_count() const { return static_cast<int64_t>(params_.size()); }
-  int64_t layer_param_offset(int l) const { return param_offset_.at(l); }
-  int layers() const { return static_cast<int>(layers_.size()); }
   const std::vector<float>& grads() const { return grads_; }
   const std::vector<float>& params() const { return params_; }
   float output0() const { return act_.back().at(0); }  // the loss, when the last layer is one
@@ -59,28 +58,14 @@ class Net {
   std::vector<double> time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce, MPI_Comm comm,
                                       IterationTrace* trace);
 
-  void forward(const std::function<void(int)>& after_layer = {});
-  void zero_act_grads();
-  void backward_layers(const std::function<void(int)>& after_layer);
-  // Zeroes the activation gradients, then runs every layer's backward, last first, calling
-  // after_layer(l) as soon as layer l is done (the composed iteration posts messages there).
-  void backward(const std::function<void(int)>& after_layer = {});
+  void zero_act_grads() override;
   void update(const SgdConfig& sgd);
 
  private:
-  void forward_layer(int l);
-  void backward_layer(int l);
-  std::vector<const float*> layer_inputs(int l) const;
-  std::vector<float*> layer_input_grads(int l);
-
-  int batch_;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<std::vector<int>> inputs_;   // producer indices per layer (-1 = data)
   std::vector<std::vector<float>> act_, act_grad_;
   std::vector<float> data_, staging_;     // the input batch, and the host batch it is copied from
   std::vector<int32_t> labels_;
   std::vector<float> params_, grads_, momentum_;
-  std::vector<int64_t> param_offset_;
 };
 
 }  // namespace gdl::cpu

@@ -26,7 +26,8 @@ class MaxPoolLayer : public Layer {
       float* out = y + p * g.oh * g.ow;
       int32_t* idx = am + p * g.oh * g.ow;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
-        const int64_t y0 = std::max<int64_t>(oy * g.sh - g.ph, 0), y1 = std::min<int64_t>(oy * g.sh - g.ph + g.kh, g.h);
+        int64_t y0, y1;
+        PoolGeom::window(oy, g.sh, g.ph, g.kh, g.h, y0, y1);
         float* orow = out + oy * g.ow;
         int32_t* irow = idx + oy * g.ow;
         for (int64_t ox = 0; ox < g.ow; ++ox) orow[ox] = -FLT_MAX, irow[ox] = -1;
@@ -58,16 +59,7 @@ class MaxPoolLayer : public Layer {
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           if (ox == lo) ox = hi;
           if (ox >= g.ow) break;
-          const int64_t x0 = std::max<int64_t>(ox * g.sw - g.pw, 0), x1 = std::min<int64_t>(ox * g.sw - g.pw + g.kw, g.w);
-          float best = -FLT_MAX;
-          int32_t bi = -1;
-          for (int64_t iy = y0; iy < y1; ++iy)
-            for (int64_t ix = x0; ix < x1; ++ix) {
-              const float v = in[iy * g.w + ix];
-              if (v > best) best = v, bi = int32_t(iy * g.w + ix);
-            }
-          orow[ox] = best;
-          irow[ox] = bi;
+          orow[ox] = g.window_max(in, oy, ox, irow[ox]);
         }
       }
     }
@@ -106,10 +98,10 @@ class AvgPoolLayer : public Layer {
       float* out = y + p * g.oh * g.ow;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         int64_t y0, y1;
-        const float iy_n = window(oy, g.sh, g.ph, g.kh, g.h, y0, y1);
+        const float iy_n = PoolGeom::window(oy, g.sh, g.ph, g.kh, g.h, y0, y1);
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           int64_t x0, x1;
-          const float ix_n = window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
+          const float ix_n = PoolGeom::window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
           float s = 0.f;
           for (int64_t iy = y0; iy < y1; ++iy)
             for (int64_t ix = x0; ix < x1; ++ix) s += in[iy * g.w + ix];
@@ -129,10 +121,10 @@ class AvgPoolLayer : public Layer {
       const float* gy = dy + p * g.oh * g.ow;
       for (int64_t oy = 0; oy < g.oh; ++oy) {
         int64_t y0, y1;
-        const float iy_n = window(oy, g.sh, g.ph, g.kh, g.h, y0, y1);
+        const float iy_n = PoolGeom::window(oy, g.sh, g.ph, g.kh, g.h, y0, y1);
         for (int64_t ox = 0; ox < g.ow; ++ox) {
           int64_t x0, x1;
-          const float ix_n = window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
+          const float ix_n = PoolGeom::window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
           const float v = gy[oy * g.ow + ox] / (iy_n * ix_n);
           for (int64_t iy = y0; iy < y1; ++iy)
             for (int64_t ix = x0; ix < x1; ++ix) d[iy * g.w + ix] += v;
@@ -142,15 +134,6 @@ class AvgPoolLayer : public Layer {
   }
 
  private:
-  // Window [lo, hi) clipped to the input; returns its extent clipped to the padded input (the divisor).
-  static float window(int64_t o, int s, int p, int k, int64_t n, int64_t& lo, int64_t& hi) {
-    const int64_t start = o * s - p;
-    const int64_t end_padded = std::min<int64_t>(start + k, n + p);
-    const float extent = float(end_padded - start);
-    lo = std::max<int64_t>(start, 0);
-    hi = std::min<int64_t>(end_padded, n);
-    return extent;
-  }
   PoolGeom g_;
 };
 GDL_REGISTER_LAYER("avgpool", AvgPoolLayer);

@@ -1,7 +1,7 @@
-// One CUDA layer on its own, the twin of cpu/layer_bench.h: the same test data, seeds and labels
-// on device buffers, each pass timed with CUDA events (cuda/cuda_timer.h), or run once on host
-// arrays (copied in and back) for the checks against the CPU backend.
+// One CUDA layer on its own (common/layer_bench.h): device buffers, the same test data, seeds and
+// labels as the CPU's, each pass timed with CUDA events (cuda/cuda_timer.h).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -12,26 +12,15 @@
 
 namespace gdl::cuda {
 
-class LayerBench {
- public:
-  explicit LayerBench(const LayerSpec& spec);
-
-  std::vector<double> time(LayerPass pass, const TimingPlan& plan);
-  LayerRun run(const std::vector<Floats>& xs, Floats dy, const std::vector<Floats>& params,
-               const std::vector<int32_t>& labels, const std::vector<Floats>& dx_init);
-
-  int64_t param_count() const { return param_count_; }
-
- private:
-  void set_labels(const std::vector<int32_t>& l);
-  std::vector<const void*> inputs() const;
-  std::vector<void*> input_grads();
-
-  std::unique_ptr<Layer> layer_;
-  std::vector<std::unique_ptr<DeviceBuffer>> x_, dx_;
-  std::vector<int64_t> counts_;
-  std::unique_ptr<DeviceBuffer> y_, dy_, params_, grads_, labels_;
-  int64_t param_count_ = 0;
+struct DeviceMemory {
+  using Elem = void;
+  using Buffer = DeviceBuffer;
+  static std::unique_ptr<Layer> make_layer(const LayerSpec& spec) { return cuda::make_layer(spec); }
+  static void copy(void* dst, const void* src, std::size_t n) { copy_now(dst, src, n); }
+  static void zero(void* dst, std::size_t n) { zero_now(dst, n); }
+  static std::vector<double> time(const TimingPlan& plan, const std::function<void()>& pass);
 };
+
+using LayerBench = LayerBenchOn<DeviceMemory>;
 
 }  // namespace gdl::cuda

@@ -4,8 +4,6 @@
 // backward sends the gradient of a tied maximum to any one of the tied inputs, where the CPU layer
 // sends it to the first (row-major) one. Here the forward keeps the first maximum (strict >, the
 // CPU's scan order) and the backward routes the gradient through that saved index.
-#include <cfloat>
-
 #include "common/pooling.h"
 #include "cuda/layer_util.h"
 
@@ -17,18 +15,7 @@ __global__ void maxpool_fwd(const float* __restrict__ x, float* __restrict__ y, 
   const int64_t n = planes * g.oh * g.ow;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ox = i % g.ow, oy = (i / g.ow) % g.oh, p = i / (g.ow * g.oh);
-    const int64_t y0 = max(oy * g.sh - g.ph, int64_t(0)), y1 = min(oy * g.sh - g.ph + g.kh, g.h);
-    const int64_t x0 = max(ox * g.sw - g.pw, int64_t(0)), x1 = min(ox * g.sw - g.pw + g.kw, g.w);
-    const float* in = x + p * g.h * g.w;
-    float best = -FLT_MAX;
-    int32_t bi = -1;
-    for (int64_t iy = y0; iy < y1; ++iy)
-      for (int64_t ix = x0; ix < x1; ++ix) {
-        const float v = in[iy * g.w + ix];
-        if (v > best) best = v, bi = int32_t(iy * g.w + ix);
-      }
-    y[i] = best;
-    arg[i] = bi;
+    y[i] = g.window_max(x + p * g.h * g.w, oy, ox, arg[i]);
   }
 }
 
@@ -41,19 +28,12 @@ __global__ void maxpool_bwd(float* __restrict__ dx, const float* __restrict__ dy
   }
 }
 
-__device__ __forceinline__ float window(int64_t o, int s, int p, int k, int64_t n, int64_t& lo, int64_t& hi) {
-  const int64_t start = o * s - p, end_padded = min(start + k, n + p);
-  lo = max(start, int64_t(0));
-  hi = min(end_padded, n);
-  return float(end_padded - start);
-}
-
 __global__ void avgpool_fwd(const float* __restrict__ x, float* __restrict__ y, int64_t planes, PoolGeom g) {
   const int64_t n = planes * g.oh * g.ow;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ox = i % g.ow, oy = (i / g.ow) % g.oh, p = i / (g.ow * g.oh);
     int64_t y0, y1, x0, x1;
-    const float div = window(oy, g.sh, g.ph, g.kh, g.h, y0, y1) * window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
+    const float div = PoolGeom::window(oy, g.sh, g.ph, g.kh, g.h, y0, y1) * PoolGeom::window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
     const float* in = x + p * g.h * g.w;
     float s = 0.f;
     for (int64_t iy = y0; iy < y1; ++iy)
@@ -67,7 +47,7 @@ __global__ void avgpool_bwd(float* __restrict__ dx, const float* __restrict__ dy
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ox = i % g.ow, oy = (i / g.ow) % g.oh, p = i / (g.ow * g.oh);
     int64_t y0, y1, x0, x1;
-    const float div = window(oy, g.sh, g.ph, g.kh, g.h, y0, y1) * window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
+    const float div = PoolGeom::window(oy, g.sh, g.ph, g.kh, g.h, y0, y1) * PoolGeom::window(ox, g.sw, g.pw, g.kw, g.w, x0, x1);
     const float v = dy[i] / div;
     float* d = dx + p * g.h * g.w;
     for (int64_t iy = y0; iy < y1; ++iy)

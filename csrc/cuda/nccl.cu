@@ -123,7 +123,9 @@ ncclRedOp_t nccl_op(comm::Op op) {
   return ncclSum;
 }
 
-void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm) {
+void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm, comm::Algo algo) {
+  if (algo == comm::Algo::hier) return nccl_hier_allreduce(buf, count, t, op, comm);
+  GDL_REQUIRE(algo == comm::Algo::library, "nccl: no algorithm ", comm::algo_name(algo), " (library, hier)");
   ncclComm_t c = nccl_comm(comm);
   nccl_issued(ncclAllReduce(buf, buf, count, nccl_dtype(t), nccl_op(op), c, default_stream()), c, 0, "ncclAllReduce");
   nccl_wait(c, default_stream(), 0, "ncclAllReduce");

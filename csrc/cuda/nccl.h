@@ -30,8 +30,10 @@ void nccl_issued(ncclResult_t r, ncclComm_t nc, double timeout_s, const char* wh
 ncclDataType_t nccl_dtype(comm::DType t);
 ncclRedOp_t nccl_op(comm::Op op);
 
-// In place, on the process's stream (default_stream()), waited for before returning.
-void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm);
+// In place, on the process's stream (default_stream()), waited for before returning: algo library
+// (ncclAllReduce) or hier (below); the other algorithms are the MPI harness's own.
+void nccl_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm,
+                    comm::Algo algo = comm::Algo::library);
 // The hierarchical all-reduce (cuda/nccl_hier.cu): NCCL inside each node, NCCL across nodes on
 // 1/G of the buffer (below comm::kHierLeaderBelowBytes through the node leaders). In place, synchronised.
 void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm);

@@ -9,6 +9,8 @@
 
 namespace gdl::cuda {
 
+// The communicators are non-blocking (cuda/nccl.cu): every call may answer ncclInProgress, which
+// nccl_issued waits out, and the end is waited for with nccl_wait, which watches for errors.
 void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op op, MPI_Comm comm) {
   const comm::Topology topo = comm::topology(comm);
   MPI_Comm node = MPI_COMM_NULL, cross = MPI_COMM_NULL;
@@ -22,29 +24,30 @@ void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op o
   cudaStream_t s = default_stream();
   char* b = static_cast<char*>(buf);
   if (count * es < comm::kHierLeaderBelowBytes) {
-    NCCL_CHECK(ncclReduce(b, b, count, dt, rop, 0, in_node, s));
-    if (topo.local_rank == 0) NCCL_CHECK(ncclAllReduce(b, b, count, dt, rop, across, s));
-    NCCL_CHECK(ncclBroadcast(b, b, count, dt, 0, in_node, s));
+    nccl_issued(ncclReduce(b, b, count, dt, rop, 0, in_node, s), in_node, 0, "ncclReduce");
+    if (topo.local_rank == 0) nccl_issued(ncclAllReduce(b, b, count, dt, rop, across, s), across, 0, "ncclAllReduce");
+    nccl_issued(ncclBroadcast(b, b, count, dt, 0, in_node, s), in_node, 0, "ncclBroadcast");
   } else {
     const int shards = topo.min_local;  // as comm/hier.cpp: local rank j < shards owns shard j
     NCCL_CHECK(ncclGroupStart());
     for (int j = 0; j < shards; ++j) {
       const comm::Block k = comm::block(count, shards, j);
-      NCCL_CHECK(ncclReduce(b + k.offset * es, b + k.offset * es, k.count, dt, rop, j, in_node, s));
+      nccl_issued(ncclReduce(b + k.offset * es, b + k.offset * es, k.count, dt, rop, j, in_node, s), in_node, 0, "ncclReduce");
     }
-    NCCL_CHECK(ncclGroupEnd());
+    nccl_issued(ncclGroupEnd(), in_node, 0, "ncclGroupEnd");
     if (topo.local_rank < shards) {
       const comm::Block k = comm::block(count, shards, topo.local_rank);
-      NCCL_CHECK(ncclAllReduce(b + k.offset * es, b + k.offset * es, k.count, dt, rop, across, s));
+      nccl_issued(ncclAllReduce(b + k.offset * es, b + k.offset * es, k.count, dt, rop, across, s), across, 0, "ncclAllReduce");
     }
     NCCL_CHECK(ncclGroupStart());
     for (int j = 0; j < shards; ++j) {
       const comm::Block k = comm::block(count, shards, j);
-      NCCL_CHECK(ncclBroadcast(b + k.offset * es, b + k.offset * es, k.count, dt, j, in_node, s));
+      nccl_issued(ncclBroadcast(b + k.offset * es, b + k.offset * es, k.count, dt, j, in_node, s), in_node, 0, "ncclBroadcast");
     }
-    NCCL_CHECK(ncclGroupEnd());
+    nccl_issued(ncclGroupEnd(), in_node, 0, "ncclGroupEnd");
   }
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  nccl_wait(in_node, s, 0, "the hierarchical all-reduce");
+  if (across) nccl_wait(across, s, 0, "the hierarchical all-reduce");
 }
 
 }  // namespace gdl::cuda

@@ -38,20 +38,8 @@ double elapsed_us(cudaEvent_t a, cudaEvent_t b) {
 
 }  // namespace
 
-Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
-  GDL_REQUIRE(!specs.empty(), "a network needs at least one layer");
-  GDL_REQUIRE(batch >= 1, "batch must be >= 1, got ", batch);
+Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, make_layer) {
   const cudaStream_t s = context().stream;
-  for (std::size_t l = 0; l < specs.size(); ++l) {
-    auto& spec = specs[l];
-    spec.batch = batch;
-    for (int j : spec.inputs)
-      GDL_REQUIRE(j >= -1 && j < static_cast<int>(l), "layer ", spec.name, ": input ", j, " is not an earlier layer");
-    layers_.push_back(make_layer(spec));
-    inputs_.push_back(spec.inputs);
-    param_offset_.push_back(param_count_);
-    for (const auto& ps : spec.param_shapes) param_count_ += numel(ps);
-  }
   data_bytes_ = static_cast<std::size_t>(batch) * numel(specs.front().in_shapes.at(0)) * sizeof(float);
   data_ = std::make_unique<DeviceBuffer>(data_bytes_);
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), data_bytes_));
@@ -82,6 +70,12 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : batch_(batch) {
     layers_[l]->bind_params(p, g, sizeof(float));
     layers_[l]->set_labels(static_cast<const int32_t*>(labels_->data()));
   }
+  std::vector<void*> outputs, output_grads;
+  for (std::size_t l = 0; l < layers_.size(); ++l) {
+    outputs.push_back(act_[l]->data());
+    output_grads.push_back(act_grad_[l]->data());
+  }
+  place(data_->data(), std::move(outputs), std::move(output_grads));
   CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamSynchronize(s));  // host_params and labels leave scope after this
 }
@@ -91,48 +85,9 @@ Net::~Net() {
   if (staging_) cudaFreeHost(staging_);
 }
 
-std::vector<const void*> Net::layer_inputs(int l) const {
-  std::vector<const void*> v;
-  for (int j : inputs_[l]) v.push_back(j < 0 ? data_->data() : act_[j]->data());
-  return v;
-}
-
-std::vector<void*> Net::layer_input_grads(int l) {
-  std::vector<void*> v;
-  for (int j : inputs_[l]) v.push_back(j < 0 ? nullptr : act_grad_[j]->data());
-  return v;
-}
-
-void Net::forward_layer(int l) { layers_[l]->forward(layer_inputs(l), act_[l]->data()); }
-
-void Net::backward_layer(int l) {
-  const auto x = layer_inputs(l);
-  layers_[l]->backward_params(x, act_[l]->data(), act_grad_[l]->data());
-  layers_[l]->backward_data(x, act_[l]->data(), act_grad_[l]->data(), layer_input_grads(l));
-}
-
-void Net::forward(const std::function<void(int)>& after_layer) {
-  for (int l = 0; l < layers(); ++l) {
-    forward_layer(l);
-    if (after_layer) after_layer(l);
-  }
-}
-
 void Net::zero_act_grads() {
   const cudaStream_t s = context().stream;
   for (int l = 0; l + 1 < layers(); ++l) CUDA_CHECK(cudaMemsetAsync(act_grad_[l]->data(), 0, act_grad_[l]->nbytes(), s));
-}
-
-void Net::backward_layers(const std::function<void(int)>& after_layer) {
-  for (int l = layers() - 1; l >= 0; --l) {
-    backward_layer(l);
-    if (after_layer) after_layer(l);
-  }
-}
-
-void Net::backward(const std::function<void(int)>& after_layer) {
-  zero_act_grads();
-  backward_layers(after_layer);
 }
 
 void Net::update(const SgdConfig& c) {
@@ -300,12 +255,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     IterationTrace trace;
     ev.read(trace, true);
     trace.io_wait_end = io_wait_us;  // host clock: the device's start event follows t0 at once
-    if (loader.active()) {
-      const auto since = [&](clock_type::time_point t) { return std::chrono::duration<double, std::micro>(t - t0).count(); };
-      trace.io_prefetch = loader.prefetch();
-      trace.io_start = since(loader.read_start());
-      trace.io_end = since(loader.read_end());
-    }
+    loader.stamp(trace, t0);
     *last_trace = trace;
   }
   return samples;

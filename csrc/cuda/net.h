@@ -9,22 +9,17 @@
 #include <vector>
 
 #include "common/iteration.h"
+#include "common/layer_graph.h"
 #include "common/timer.h"
 #include "cuda/device.h"
 #include "cuda/layer.h"
 
 namespace gdl::cuda {
 
-class Net {
+class Net : public LayerGraph<void> {
  public:
   Net(std::vector<LayerSpec> specs, int batch);
-  ~Net();
-  Net(const Net&) = delete;
-  Net& operator=(const Net&) = delete;
-
-  int64_t param_count() const { return param_count_; }
-  int64_t layer_param_offset(int l) const { return param_offset_.at(l); }
-  int layers() const { return static_cast<int>(layers_.size()); }
+  ~Net() override;
 
   // The passes repeated alone (CUDA events), as the CPU executor's: kept to show the difference
   // from the isolated round (time_iteration without messages).
@@ -46,10 +41,7 @@ class Net {
   // until both are done (host clock), max over ranks.
   std::vector<double> time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace);
 
-  void forward(const std::function<void(int)>& after_layer = {});
-  void zero_act_grads();
-  void backward_layers(const std::function<void(int)>& after_layer);
-  void backward(const std::function<void(int)>& after_layer = {});
+  void zero_act_grads() override;
   void update(const SgdConfig& sgd);
   void synchronize();
   std::vector<float> grads() const;  // copied to the host
@@ -58,20 +50,10 @@ class Net {
   void set_param(int64_t i, float v);
 
  private:
-  void forward_layer(int l);
-  void backward_layer(int l);
-  std::vector<const void*> layer_inputs(int l) const;
-  std::vector<void*> layer_input_grads(int l);
-
-  int batch_;
-  int64_t param_count_ = 0;
-  std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<std::vector<int>> inputs_;
   std::vector<std::unique_ptr<DeviceBuffer>> act_, act_grad_;
   std::unique_ptr<DeviceBuffer> data_, params_, grads_, momentum_, labels_;
   float* staging_ = nullptr;  // pinned host copy of the batch (cudaMallocHost)
   std::size_t data_bytes_ = 0;
-  std::vector<int64_t> param_offset_;
   cudaStream_t comm_stream_ = nullptr;
 };
 

@@ -63,6 +63,7 @@ def make(collective: str):
                                 "algo column says which ran); a comma list or all (what the backend lacks is "
                                 "listed as waived)")
             p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
+        if kind.fits:
             p.add_argument("--fit", action="store_true",
                            help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
             p.add_argument("--fit-regimes", type=int, default=4, metavar="K",
@@ -158,11 +159,11 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
     fit = getattr(args, "fit", False)
     fit_min = 0
-    if collective == "allreduce" and str(args.fit_min).strip() != "0":
+    if kind.fits and str(args.fit_min).strip() != "0":
         fit_min = parse_size(args.fit_min, "--fit-min")
     if fit and len({s for s in sizes if s >= fit_min}) < 2:
         raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
-    if collective == "allreduce" and not 1 <= args.fit_regimes <= 8:
+    if kind.fits and not 1 <= args.fit_regimes <= 8:
         raise UsageError(f"--fit-regimes must be between 1 and 8, got {args.fit_regimes}")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
@@ -263,7 +264,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     levels = None
     if plan["fit"]:
         fits, gamma_note = _fit(results, plan, comm)
-        if collective == "allreduce" and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
+        if C.kind(collective).fits and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
             levels = _fit_levels(args, plan, comm, results, fits, progress)
 
     wrong_rows = sum(1 for r in results if r.wrong)
