@@ -278,7 +278,8 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     meas = Measurement(res.samples_us, "steady-clock", region(backend, (algo,)))
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
                             None if res.wrong < 0 else int(res.wrong), root if k.rooted else None,
-                            servers if algo in SERVER_ALGOS else None, hier_variant(nbytes) if algo == "hier" else None)
+                            servers if algo in SERVER_ALGOS else None,
+                            VARIANTS[algo](nbytes) if algo in VARIANTS else None)
 
 
 def hier_variant(size_bytes: int) -> str:
@@ -286,6 +287,10 @@ def hier_variant(size_bytes: int) -> str:
     first rank, all-reduce among those, broadcast) below HIER_LEADER_BELOW_BYTES, else 'rs-ag'
     (intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node all-gather)."""
     return _core.hier_variant(int(size_bytes))
+
+
+# Algorithms whose steps change with the size: the variant a row ran, for its algo column.
+VARIANTS: dict[str, Callable[[int], str]] = {"hier": hier_variant}
 
 
 def _modes(inplace: bool | None) -> tuple[bool, ...]:

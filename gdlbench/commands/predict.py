@@ -15,6 +15,7 @@ from typing import Any
 from rich.markup import escape
 
 from .. import cluster, env
+from ..collectives import SERVER_ALGOS
 from ..errors import UsageError
 from ..model import (
     CommModel,
@@ -182,7 +183,7 @@ def cluster_from_args(args: argparse.Namespace) -> cluster.Cluster | None:
                             args.links_per_node or 1, args.nodes, source="command line")
     if args.algo:
         algo = normalise_algo(args.algo)
-        if algo == "ps":
+        if algo in SERVER_ALGOS:
             raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
         from dataclasses import replace
 
