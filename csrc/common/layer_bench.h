@@ -142,17 +142,20 @@ class LayerBenchOn {
     auto b = floats(n);
     std::vector<float> v(n);
     for (int64_t i = 0; i < n; ++i) v[i] = fill_value(seed, uint64_t(i)) * scale;
-    Memory::copy(b->data(), v.data(), v.size() * sizeof(float));
+    copy(b->data(), v.data(), v.size() * sizeof(float));
     return b;
   }
   static void copy_in(void* dst, Floats src, int64_t n, const char* what, std::size_t i) {
     GDL_REQUIRE(src.size == n, "run: ", what, " ", i, " has ", src.size, " elements, expected ", n);
-    Memory::copy(dst, src.data, std::size_t(n) * sizeof(float));
+    copy(dst, src.data, std::size_t(n) * sizeof(float));
   }
   static std::vector<float> copy_out(const void* src, int64_t n) {
     std::vector<float> v(n);
-    Memory::copy(v.data(), src, v.size() * sizeof(float));
+    copy(v.data(), src, v.size() * sizeof(float));
     return v;
+  }
+  static void copy(void* dst, const void* src, std::size_t bytes) {  // empty arrays may have null data
+    if (bytes > 0) Memory::copy(dst, src, bytes);
   }
   void set_labels(const std::vector<int32_t>& l) {
     Memory::copy(labels_->data(), l.data(), l.size() * sizeof(int32_t));
