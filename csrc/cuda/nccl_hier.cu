@@ -23,7 +23,9 @@ void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op o
   const std::size_t es = comm::dtype_size(t);
   cudaStream_t s = default_stream();
   char* b = static_cast<char*>(buf);
-  if (count * es < comm::kHierLeaderBelowBytes) {
+  if (topo.local_size == 1) {  // as comm/hier.cpp: nothing to do inside a node of one rank
+    nccl_issued(ncclAllReduce(b, b, count, dt, rop, across, s), across, 0, "ncclAllReduce");
+  } else if (count * es < comm::kHierLeaderBelowBytes) {
     nccl_issued(ncclReduce(b, b, count, dt, rop, 0, in_node, s), in_node, 0, "ncclReduce");
     if (topo.local_rank == 0) nccl_issued(ncclAllReduce(b, b, count, dt, rop, across, s), across, 0, "ncclAllReduce");
     nccl_issued(ncclBroadcast(b, b, count, dt, 0, in_node, s), in_node, 0, "ncclBroadcast");
@@ -46,8 +48,8 @@ void nccl_hier_allreduce(void* buf, std::size_t count, comm::DType t, comm::Op o
     }
     nccl_issued(ncclGroupEnd(), in_node, 0, "ncclGroupEnd");
   }
-  nccl_wait(in_node, s, 0, "the hierarchical all-reduce");
-  if (across) nccl_wait(across, s, 0, "the hierarchical all-reduce");
+  nccl_wait(topo.local_size == 1 ? across : in_node, s, 0, "the hierarchical all-reduce");
+  if (across && topo.local_size > 1) nccl_wait(across, s, 0, "the hierarchical all-reduce");
 }
 
 }  // namespace gdl::cuda
