@@ -96,6 +96,9 @@ def test_cli_two_ranks_compares_strategies(tmp_path):
     assert [r["strategy"] for r in its] == ["serial", "wfbp", "wfbp-fusion"]
     assert all(r["images_per_s_total"] == pytest.approx(2 * r["images_per_s"]) for r in its)
     assert p.stdout.count("composed iteration per strategy") == 1  # rank 0 alone prints
+    # where the compute threads fill every core, the output warns that WFBP messages can stall
+    full = doc["summary"]["overlap_efficiency"] == 0
+    assert ("the communication thread has no core of its own" in " ".join(p.stdout.split())) == full
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -124,6 +124,11 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                   + ("the compute threads fill every core, so communication and prefetched I/O overlapped with "
                      "compute need the same cores and hide none of their time" if eta == 0 else
                      "overlapped communication and I/O run on resources of their own") + ")", markup=False)
+    if eta == 0 and r.world_size > 1 and any(run.strategy.overlap == "wfbp" for run in r.runs):
+        console.print("note: the communication thread has no core of its own here, so a WFBP message can stall for "
+                      "tens of ms while both ranks' compute threads hold the cores; the model does not price those "
+                      "stalls (docs/model.md). Fewer --threads per rank, so that the ranks leave a core free, give the messages one.",
+                      markup=False)
     if it.skipped:
         console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
                       markup=False)
