@@ -12,8 +12,11 @@ N-worker iteration again, its communication from the fit alone.
 
 Prints, per rank count, net and strategy: the composed run's median over the repetitions and
 its spread between repetitions ((max - min) / median), and for the model and for predict the
-median and the worst |error| over the repetitions; then one summary line per rank count for
-benchmarks/RESULTS.md. The goal: median |error| <= 3 % and no error above 5 %.
+median and the worst |error| over the repetitions, and the error's standard error from the
+rounds' spread (se: what a perfect model would show at one sigma); then one summary line per
+rank count for benchmarks/RESULTS.md. The goal: median |error| <= 3 % and no error above 5 %;
+bias: the median signed error over the repetitions; a bias beyond twice its standard error
+(1.25 se / sqrt(reps)) is the model's, not the machine's noise.
 --explain first times, on one rank, the passes repeated alone (the old way) against the
 isolated round and the composed serial iteration, in alternation: the bias it removed.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -149,7 +153,8 @@ def main() -> None:
                     fit_us = pred[r["strategy"]]["t_iter_us"]
                     rows.append({"ranks": ranks, "net": net, "batch": batch, "rep": rep, "strategy": r["strategy"],
                                  "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
-                                 "model_us": r["predicted_us"], "model_err": r["error_pct"], "predict_us": fit_us,
+                                 "model_us": r["predicted_us"], "model_err": r["error_pct"],
+                                 "error_se": r["error_se_pct"], "predict_us": fit_us,
                                  "predict_err": 100 * (fit_us - r["time_us"]) / r["time_us"]})
                 print(f"  {time.monotonic() - t_start:.0f} s so far", flush=True)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
@@ -162,7 +167,7 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         groups.setdefault((r["ranks"], r["net"], r["strategy"]), []).append(r)
     print(f"\n{args.reps} repetition(s) of {args.iters} rounds; JSON in {out}")
     print(f"{'ranks':>5s} {'net':12s} {'batch':>5s} {'strategy':12s} {'measured':>9s} {'spread':>7s} "
-          f"{'model med':>9s} {'worst':>7s} {'predict med':>11s} {'worst':>7s}   (ms; |error| in %)")
+          f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'predict med':>11s} {'worst':>7s}   (ms; |error| in %)")
     per_ranks: dict[int, dict[str, list[float]]] = {}
     for (ranks, net, strategy), rs in groups.items():
         measured = [r["measured_us"] for r in rs]
@@ -170,16 +175,21 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         spread = 100 * (max(measured) - min(measured)) / med
         m_err = [abs(r["model_err"]) for r in rs]
         p_err = [abs(r["predict_err"]) for r in rs]
+        se = statistics.median(r["error_se"] for r in rs)
+        bias = statistics.median(r["model_err"] for r in rs)  # signed: a bias keeps its sign rep after rep
         print(f"{ranks:5d} {net:12s} {rs[0]['batch']:5d} {strategy:12s} {med / 1e3:9.1f} {spread:6.1f}% "
-              f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {statistics.median(p_err):10.1f}% "
+              f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {bias:+6.1f}% {se:5.1f}% {statistics.median(p_err):10.1f}% "
               f"{max(p_err):6.1f}%")
         acc = per_ranks.setdefault(ranks, {"model_med": [], "model_worst": [], "predict_med": [],
-                                           "predict_worst": [], "spread": []})
+                                           "predict_worst": [], "spread": [], "se": [], "beyond": []})
         acc["model_med"].append(statistics.median(m_err))
         acc["model_worst"].append(max(m_err))
         acc["predict_med"].append(statistics.median(p_err))
         acc["predict_worst"].append(max(p_err))
         acc["spread"].append(spread)
+        acc["se"].append(se)
+        # the median of the reps' signed errors has standard error 1.25 se / sqrt(reps)
+        acc["beyond"].append(abs(bias) > 2 * 1.2533 * se / math.sqrt(len(rs)))
     print()
     for ranks, acc in per_ranks.items():
         n = len(acc["model_med"])
@@ -190,7 +200,9 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
               f"single {max(acc['model_worst']):.1f} %), goal met {ok_model}/{n}; predict median |err| "
               f"{statistics.median(acc['predict_med']):.1f} % (worst single {max(acc['predict_worst']):.1f} %), goal "
               f"met {ok_pred}/{n}; composed run's spread between reps: median {statistics.median(acc['spread']):.1f} %, "
-              f"max {max(acc['spread']):.1f} %")
+              f"max {max(acc['spread']):.1f} %; the error's standard error from the rounds' spread (a perfect "
+              f"model's noise): median {statistics.median(acc['se']):.1f} %; rows whose bias (median signed error) "
+              f"exceeds twice its standard error (a bias beyond the noise): {sum(acc['beyond'])}/{n}")
 
 
 if __name__ == "__main__":

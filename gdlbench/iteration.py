@@ -146,6 +146,15 @@ class StrategyRun:
     traces: list[dict]  # the median round's composed iteration, per rank (us from its start)
     prediction: Prediction
     inside: dict[str, Measurement] = field(default_factory=dict)  # phase_times inside the composed run
+    model_se_us: float = 0.0  # the model's standard error: the isolated round's whole iteration, median_se
+
+    @property
+    def error_se_pct(self) -> float:
+        """The error's standard error from the rounds' spread (the isolated round's and the
+        composed run's medians, each Measurement.median_se): what a perfect model would still
+        show on this machine at one sigma. An error within about twice it says nothing about the
+        model."""
+        return 100.0 * math.hypot(self.model_se_us, self.composed.median_se) / self.composed.median
 
     @property
     def trace(self) -> dict:
@@ -214,8 +223,8 @@ class IterationResult:
             c = run.composed
             rows.append({"phase": "iteration", "strategy": run.strategy.name, "batch": self.batch, **c.stats(),
                          "samples_us": list(c.samples_us), "predicted_us": run.predicted_us,
-                         "error_pct": run.error_pct, "spread_pct": spread_pct(c),
-                         "images_per_s": self.batch / (c.median * 1e-6),
+                         "error_pct": run.error_pct, "error_se_pct": run.error_se_pct,
+                         "spread_pct": spread_pct(c), "images_per_s": self.batch / (c.median * 1e-6),
                          "images_per_s_total": self.world_size * self.batch / (c.median * 1e-6),
                          "messages": len(run.plan.messages),
                          "inside_us": {k: m.median for k, m in run.inside.items()}})
@@ -243,6 +252,7 @@ class IterationResult:
                 "measured_us": {r.strategy.name: r.composed.median for r in self.runs},
                 "predicted_us": {r.strategy.name: r.predicted_us for r in self.runs},
                 "error_pct": {r.strategy.name: r.error_pct for r in self.runs},
+                "error_se_pct": {r.strategy.name: r.error_se_pct for r in self.runs},
                 "spread_pct": {r.strategy.name: spread_pct(r.composed) for r in self.runs},
                 "phases_us": {k: m.median for k, m in self.phases.items()},
                 "phase_table": self.phase_table(),
@@ -452,6 +462,8 @@ class Iteration:
                 "comm_slowdown": Measurement([m for _, m in slowdowns], "steady-clock",
                                              "messages beside backward / messages alone")}
         model_phases = result.phases_model()
+        # The isolated round's whole iteration per round (max over ranks): the model's noise.
+        isolated = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], clock)
         for k, (strategy, mplan, algo, servers) in enumerate(plans):
             msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
                    for s in msg_samples[(tuple(mplan.messages), algo, servers)]]
@@ -465,5 +477,5 @@ class Iteration:
                                      message_costs_us=[m.median for m in msg])
             result.runs.append(StrategyRun(strategy, mplan, msg,
                                            Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),
-                                           rounds[_median_index(samples)][1], pred, inside))
+                                           rounds[_median_index(samples)][1], pred, inside, isolated.median_se))
         return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,6 +86,13 @@ class Measurement:
         """Interquartile range: p75 - p25."""
         q75, q25 = np.percentile(self.samples_us, [75, 25])
         return float(q75 - q25)
+
+    @property
+    def median_se(self) -> float:
+        """Standard error of the median: 1.2533 sigma / sqrt(n), sigma estimated from the IQR
+        (IQR / 1.349, so that one stalled sample does not swell it); 0 for one sample."""
+        n = len(self.samples_us)
+        return 0.0 if n < 2 else 1.2533 * (self.iqr / 1.349) / math.sqrt(n)
 
     @property
     def noisy(self) -> bool:

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from helpers import NEUTRAL_CWD, mpi_env, run_cli
 from rich.console import Console
@@ -170,3 +171,17 @@ def test_compare_names_the_command_when_results_are_mixed(tmp_path):
         gdlbench.Compare([object()])
     with pytest.raises(gdlbench.UsageError, match="no results"):
         gdlbench.Compare([])
+
+
+def test_median_se_matches_the_spread_of_medians():
+    """median_se is the standard error of the median: over many draws of n samples, the medians
+    spread by about what one draw's median_se says, and one stalled sample hardly moves it."""
+    rng = np.random.default_rng(7)
+    draws = rng.normal(1000.0, 50.0, size=(2000, 25))
+    spread_of_medians = float(np.std(np.median(draws, axis=1)))
+    estimates = [gdlbench.Measurement(list(d), "steady-clock").median_se for d in draws]
+    assert abs(float(np.median(estimates)) / spread_of_medians - 1) < 0.15
+    base = gdlbench.Measurement(list(draws[0]), "steady-clock")
+    stalled = gdlbench.Measurement(list(draws[0][:-1]) + [1e6], "steady-clock")
+    assert stalled.median_se < 1.5 * base.median_se
+    assert gdlbench.Measurement([5.0], "steady-clock").median_se == 0.0

@@ -39,6 +39,7 @@ def test_iteration_api_one_rank():
     assert len(r.layers) == len(load_network(MLP).layers)
     for run in r.runs:
         assert len(run.composed.samples_us) == 2 and run.predicted_us > 0
+        assert 0 <= run.error_se_pct < 1000 and run.model_se_us >= 0
         assert len(run.trace["layer_backward_end_us"]) == len(r.layers)
         # the trace is in order: forward, backward, comm, update
         t = run.trace
@@ -56,6 +57,7 @@ def test_phases_json_round_trip_into_the_model(tmp_path):
     phases = Phases.from_dict(doc)
     assert phases.batch == 4 and phases.forward_us > 0 and len(phases.layer_forward_us) == 6
     assert "error_pct" in doc["summary"] and "serial" in doc["summary"]["predicted_us"]
+    assert doc["summary"]["error_se_pct"]["serial"] >= 0
     q = run_cli("predict", "--net", MLP, "--phases", str(out), "--workers", "1,2,4", "--alpha", "5", "--beta", "0.0001")
     assert q.returncode == 0, q.stderr
 

@@ -63,7 +63,8 @@ STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages
                     Column("comm alone (ms)", "comm_ms", fmt_float(2)),
                     Column("predicted (ms)", "predicted_ms", fmt_float(2)),
                     Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
-                    Column("error", "error_pct", "{:+.1f} %"), Column("spread", "spread_pct", "{:.1f} %"),
+                    Column("error", "error_pct", "{:+.1f} %"),
+                    Column("± se", "error_se_pct", "{:.1f} %"), Column("spread", "spread_pct", "{:.1f} %"),
                     Column("img/s/worker", "ips", fmt_float(2)),
                     Column("img/s total", "ips_total", fmt_float(2))]
 
@@ -76,7 +77,7 @@ def strategy_rows(r: IterationResult) -> list[dict]:
         rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
                      "comm_ms": sum(m.median for m in run.message_times) / 1e3,
                      "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
-                     "error_pct": run.error_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
+                     "error_pct": run.error_pct, "error_se_pct": run.error_se_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
                      "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
     return rows
 
@@ -104,7 +105,9 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
     print_table("composed iteration per strategy: the model (from the phases above) against the real run",
                 STRATEGY_COLUMNS, rows,
-                caption=f"error = (predicted - measured) / measured; spread: the composed run's interquartile "
+                caption=f"error = (predicted - measured) / measured; se: the error's standard error from "
+                        "the rounds' spread (what a perfect model would show here at one sigma; an error within "
+                        "about 2 se is noise, not the model); spread: the composed run's interquartile "
                         f"range over the rounds / median. {notes}. Parameter-server strategies run "
                         "each message as one push+pull call. Presets are stated assumptions (gdlbench.strategies), "
                         "not reproductions of the frameworks.")
