@@ -8,7 +8,7 @@ N-worker iteration again, its communication from the fit alone.
 
   python benchmarks/iteration_model.py [--ranks 1,2] [--nets alexnet,googlenet,resnet50]
       [--strategy all] [--reps 5] [--iters 5] [--batch 8 | --batch alexnet=8,resnet50=1]
-      [--threads T] [--out DIR] [--explain]
+      [--threads T] [--out DIR] [--explain] [--noise]
 
 Prints, per rank count, net and strategy: the composed run's median over the repetitions and
 its spread between repetitions ((max - min) / median), and for the model and for predict the
@@ -17,6 +17,9 @@ rounds' spread (se: what a perfect model would show at one sigma); then one summ
 rank count for benchmarks/RESULTS.md. The goal: median |error| <= 3 % and no error above 5 %;
 bias: the median signed error over the repetitions; a bias beyond twice its standard error
 (1.25 se / sqrt(reps)) is the model's, not the machine's noise.
+--noise only times, on one rank, the same iteration (no communication) 30 times in a row, at 1
+thread and at --threads: its coefficient of variation is the machine's noise, which no model can
+beat (an A/A test), then stops.
 --explain first times, on one rank, the passes repeated alone (the old way) against the
 isolated round and the composed serial iteration, in alternation: the bias it removed.
 """
@@ -58,6 +61,29 @@ def batches(text: str | None, nets: list[str]) -> dict[str, int]:
             name, value = item.split("=")
             out[name] = int(value)
     return out
+
+
+def noise(net: str, batch: int, threads: int, count: int = 30) -> None:
+    """The same isolated iteration `count` times on one rank (one warm-up before each, as
+    `iteration` runs it): the spread a perfect model would still see."""
+    from mpi4py import MPI
+
+    from gdlbench import _core
+
+    _core.set_blas_threads(threads)
+    _core.set_compute_threads(threads)
+    _core.keep_freed_memory(1 << 30)
+    exe = _core.Net(load_network(net).layer_specs(), batch)
+    times = []
+    for _ in range(count):
+        _, t = exe.time_iteration([], False, "library", 1, MPI.COMM_SELF, None, False, 1, 1)
+        times.append(t["update_end_us"])
+    mean = statistics.mean(times)
+    q = statistics.quantiles(times, n=4)
+    print(f"noise: {net} batch {batch}, {threads} thread(s), {count} iterations: median "
+          f"{statistics.median(times) / 1e3:.1f} ms, cv {100 * statistics.stdev(times) / mean:.1f} %, "
+          f"IQR / median {100 * (q[2] - q[0]) / statistics.median(times):.1f} %, min {min(times) / 1e3:.1f} ms, "
+          f"max {max(times) / 1e3:.1f} ms", flush=True)
 
 
 def explain(net: str, batch: int, threads: int, rounds: int) -> None:
@@ -104,6 +130,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, help="compute threads per rank (default: 2 cores / ranks)")
     ap.add_argument("--out", default=None, help="folder for the JSON files (default: a temporary one)")
     ap.add_argument("--explain", action="store_true", help="first show the bias of passes repeated alone")
+    ap.add_argument("--noise", action="store_true", help="only time the same iteration again and again (A/A), then stop")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="gdl-model-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -112,6 +139,11 @@ def main() -> None:
     strategies = get_strategies(args.strategy)
     given = batches(args.batch, nets)
     t_start = time.monotonic()
+    if args.noise:
+        for net in nets:
+            for threads in sorted({1, args.threads or 2}):
+                noise(net, given[net], threads)
+        return
     if args.explain:
         for net in nets:
             explain(net, given[net], args.threads or 2, 5)

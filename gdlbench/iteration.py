@@ -13,9 +13,10 @@ plan alone, max over ranks), update (SGD with momentum over the flat parameter b
 How it measures, in rounds (A B A B, so that the machine's drift falls on both sides):
 - A, the isolated round: one iteration without communication, every phase stamped (read, copy,
   each layer's forward, each layer's backward right after its forward, update), as the composed
-  iteration runs them; then each message of every plan alone; then, on several ranks, the
-  contention round (backward with messages sent beside it) that gives the model how much each
-  slows the other down.
+  iteration runs them; when a strategy prefetches, the read-beside round (the same iteration,
+  its next batch read on the prefetch thread: what the read costs the compute beside it); then
+  each message of every plan alone; then, on several ranks, the contention round (backward with
+  messages sent beside it) that gives the model how much each slows the other down.
 - B: the composed iteration of every strategy: io on a prefetch thread (when the strategy
   prefetches), the messages on a communication thread (during backward for WFBP strategies, after
   it otherwise), then the update; every phase stamped on every rank (the trace).
@@ -110,6 +111,33 @@ def layer_times(trace: dict) -> tuple[list[float], list[float]]:
     return fwd, bwd
 
 
+def compute_spans(trace: dict) -> list[tuple[float, float]]:
+    """The compute thread's work in one traced iteration, in the order it ran: the copy, each
+    layer's forward, zeroing the activation gradients, each layer's backward (the last layer
+    first), the update."""
+    t = trace
+    points = [t["io_wait_end_us"], t["h2d_end_us"], *t["layer_forward_end_us"], t["zero_end_us"],
+              *reversed(t["layer_backward_end_us"])]
+    return [*zip(points, points[1:], strict=False), (t["comm_end_us"], t["update_end_us"])]
+
+
+def read_beside(probe: dict, alone: dict) -> float | None:
+    """What a read on the prefetch thread costs the compute beside it (us): over the read's span
+    in `probe` (an iteration that prefetched its next batch, without messages), the time the
+    compute thread took beyond what the same work took in `alone` (the isolated round), pro rata
+    per span, plus any part of the read after the iteration's end (the next one waits for it).
+    None when the probe read nothing."""
+    s, e = probe["io_start_us"], probe["io_end_us"]
+    if not probe["io_prefetch"] or e <= s:
+        return None
+    lost = 0.0
+    for (ps, pe), (a_s, a_e) in zip(compute_spans(probe), compute_spans(alone), strict=True):
+        inside = min(pe, e) - max(ps, s)
+        if inside > 0 and pe > ps:
+            lost += inside * (1.0 - (a_e - a_s) / (pe - ps))
+    return max(0.0, lost) + max(0.0, e - probe["update_end_us"])
+
+
 def contention(trace: dict, backward_alone_us: float, message_alone_us: list[float]) -> tuple[float, float] | None:
     """(backward's slowdown, the messages' slowdown) while they ran side by side in a contention
     round (every message posted as backward started), from that round's stamps and the same
@@ -199,7 +227,8 @@ class IterationResult:
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
     io_threads: int | None = None  # threads that read and decode the batch (None: no I/O phase)
-    contention: dict[str, Measurement] = field(default_factory=dict)  # compute / comm slowdown per round
+    # per round: compute / comm slowdown (the contention round), read_beside_us (the read-beside round)
+    contention: dict[str, Measurement] = field(default_factory=dict)
     isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
 
     @property
@@ -272,7 +301,8 @@ class IterationResult:
                       layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
                       net=self.net, workers=self.world_size, source="measured",
                       overlap_efficiency=self.overlap_efficiency, compute_slowdown=slow.get("compute_slowdown"),
-                      comm_slowdown=slow.get("comm_slowdown"), io_threads=self.io_threads)
+                      comm_slowdown=slow.get("comm_slowdown"), read_beside_us=slow.get("read_beside_us"),
+                      io_threads=self.io_threads)
 
     def chrome_trace(self) -> dict:
         """The traced iterations in the Chrome trace event format (gdlbench.trace)."""
@@ -399,16 +429,25 @@ class Iteration:
         # Contention: backward beside the per-layer messages (the finest plan), on several ranks.
         per_layer = [(p, algo, servers) for s, p, algo, servers in plans if s.bucket_bytes is None]
         contend = per_layer[0] if per_layer and world > 1 else None
+        # The read beside compute, when a strategy prefetches it.
+        probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
 
         iso_traces: list[list[dict]] = []
         msg_samples: dict[tuple, list[list[float]]] = {k: [] for k in message_sets}
         slowdowns: list[tuple[float, float]] = []
+        read_costs: list[float] = []
         composed: list[list[tuple[float, list[dict]]]] = [[] for _ in plans]
         for r in range(self.iters):
-            self.progress(f"round {r + 1} of {self.iters}: phases alone, messages alone"
-                          + (", contention" if contend else "") + f", then {len(plans)} composed iteration(s)")
+            self.progress(f"round {r + 1} of {self.iters}: phases alone" + (", the read beside" if probe_read else "")
+                          + ", messages alone" + (", contention" if contend else "")
+                          + f", then {len(plans)} composed iteration(s)")
             _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, False, self.warmup, 1)
             iso_traces.append(self.comm.allgather(t))
+            if probe_read:  # the isolated round again, its next batch read on the prefetch thread
+                _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, True, self.warmup, 1)
+                got = self.comm.allgather(read_beside(t, iso_traces[-1][self.comm.Get_rank()]))
+                if all(g is not None for g in got):
+                    read_costs.append(max(got))
             for key, mplan in message_sets.items():
                 _, algo, servers = key
                 for i, sample in enumerate(net.time_messages(mplan.messages, algo, servers, self.comm,
@@ -461,6 +500,9 @@ class Iteration:
                                                 "backward beside the messages / backward alone"),
                 "comm_slowdown": Measurement([m for _, m in slowdowns], "steady-clock",
                                              "messages beside backward / messages alone")}
+        if read_costs:
+            result.contention["read_beside_us"] = Measurement(
+                read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")
         model_phases = result.phases_model()
         # The isolated round's whole iteration per round (max over ranks): the model's noise.
         isolated = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], clock)

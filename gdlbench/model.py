@@ -4,7 +4,9 @@ Phases (microseconds, per worker, batch b): t_io, t_h2d, t_f = sum t_f(l), t_b =
 t_c (gradient aggregation, from a communication model), t_u.
 
 - serial:    t_iter = t_io + t_h2d + t_f + t_b + t_c + t_u
-- prefetch:  the t_io term becomes max(0, t_io - (t_f + t_b + t_c + t_u))
+- prefetch:  the t_io term becomes max(r_io, t_io - (t_f + t_b + t_c + t_u)), r_io what the read
+             costs the compute beside it: measured (Phases.read_beside_us; gdlbench iteration's
+             read-beside round) or (1 - overlap_efficiency) t_io
 - WFBP:      backward runs from the last layer down; the gradient of layer l is ready at
              r_l = sum_{j >= l} t_b(j); its message starts at s_l = max(r_l, e_prev) and ends at
              e_l = s_l + t_c(m_l); the iteration pays t_f + max(t_b, e_last) + t_u.
@@ -254,9 +256,13 @@ class Phases:
     # 2: the two share the same cores half and half).
     compute_slowdown: float | None = None
     comm_slowdown: float | None = None
+    # The compute time a read on the prefetch thread costs while it runs beside compute (Iteration's
+    # read-beside round), in us. None: (1 - overlap_efficiency) t_io.
+    read_beside_us: float | None = None
 
     def contention(self) -> dict:
-        return {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown}
+        return {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
+                "read_beside_us": self.read_beside_us}
 
     def slowdowns(self) -> tuple[float, float]:
         """(backward, messages) slowdown while both run."""
@@ -274,6 +280,8 @@ class Phases:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                                   or v < 1):
                 raise UsageError(f"phases: {name} must be a number >= 1, got {v!r}")
+        if self.read_beside_us is not None:
+            _time(self.read_beside_us, "phases: read_beside_us")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
             _time(getattr(self, name), f"phases: {name}")
         if self.forward_us + self.backward_us <= 0:
@@ -328,7 +336,8 @@ class Phases:
                    net=args.get("net") if isinstance(args.get("net"), str) else None,
                    workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source,
                    overlap_efficiency=float(eta), compute_slowdown=contention.get("compute_slowdown"),
-                   comm_slowdown=contention.get("comm_slowdown"), io_threads=io_threads)
+                   comm_slowdown=contention.get("comm_slowdown"), read_beside_us=contention.get("read_beside_us"),
+                   io_threads=io_threads)
 
     def with_batch(self, batch: int) -> Phases:
         """What-if: these phases at another per-worker batch. Assumes io, h2d, forward and
@@ -339,6 +348,7 @@ class Phases:
         k = batch / self.batch
         return replace(self, batch=batch, forward_us=self.forward_us * k, backward_us=self.backward_us * k,
                        io_us=self.io_us * k, h2d_us=self.h2d_us * k,
+                       read_beside_us=None if self.read_beside_us is None else self.read_beside_us * k,
                        layer_forward_us={n: t * k for n, t in self.layer_forward_us.items()},
                        layer_backward_us={n: t * k for n, t in self.layer_backward_us.items()},
                        source=f"{self.source}, scaled from batch {self.batch} to {batch}")
@@ -652,7 +662,10 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     comm_exposed = comm_end - t_b + pulls_total  # with the slowdown backward takes beside the messages
 
     compute_span = t_f + after_fwd  # what prefetched I/O overlaps with
-    io_exposed = max((1 - eta) * t_io, t_io - compute_span) if strategy.io_prefetch else t_io
+    # prefetched: what the read costs beside compute (measured, or as eta says), or the part of
+    # it longer than the compute it overlaps
+    beside = (1 - eta) * t_io if phases.read_beside_us is None else phases.read_beside_us
+    io_exposed = max(beside, t_io - compute_span) if strategy.io_prefetch else t_io
     t_iter = io_exposed + t_h2d + compute_span
 
     # Timeline from the start of the iteration.

@@ -148,6 +148,35 @@ def test_measured_contention_prices_the_overlap():
     assert slow.t_iter_us > fast.t_iter_us
 
 
+def test_read_beside_compute_is_measured_and_priced():
+    from gdlbench.iteration import compute_spans, read_beside
+
+    # alone: h2d 0-1, forward 1-11 (10), zero 11-12, backward 12-32 (20), update 32-35
+    alone = {"io_wait_end_us": 0.0, "h2d_end_us": 1.0, "layer_forward_end_us": [11.0], "zero_end_us": 12.0,
+             "layer_backward_end_us": [32.0], "comm_end_us": 32.0, "update_end_us": 35.0, "io_prefetch": False,
+             "io_start_us": 0.0, "io_end_us": 0.0}
+    assert compute_spans(alone) == [(0.0, 1.0), (1.0, 11.0), (11.0, 12.0), (12.0, 32.0), (32.0, 35.0)]
+    # the read ran 1-16 beside forward, which took 15 instead of 10: a third of its span was lost
+    probe = alone | {"h2d_end_us": 1.0, "layer_forward_end_us": [16.0], "zero_end_us": 17.0,
+                     "layer_backward_end_us": [37.0], "comm_end_us": 37.0, "update_end_us": 40.0,
+                     "io_prefetch": True, "io_start_us": 1.0, "io_end_us": 16.0}
+    assert read_beside(probe, alone) == pytest.approx(5.0)
+    # a read that outlasts the iteration: the next iteration waits for the rest
+    assert read_beside(probe | {"io_end_us": 45.0}, alone) == pytest.approx(5.0 + 5.0)
+    assert read_beside(alone, alone) is None
+    # the model: prefetching strategies pay the measured cost, not t_io; serial pays t_io
+    ph = replace(PH3, io_us=20.0, overlap_efficiency=0.0)
+    pre = strat(io_prefetch=True)
+    assert predict_iteration(NET3, ph, RING, pre, 2).io_us == pytest.approx(20.0)
+    measured = replace(ph, read_beside_us=7.0)
+    assert predict_iteration(NET3, measured, RING, pre, 2).io_us == pytest.approx(7.0)
+    assert predict_iteration(NET3, measured, RING, strat(io_prefetch=False), 2).io_us == pytest.approx(20.0)
+    assert Phases.from_dict(measured.to_report()).read_beside_us == 7.0
+    assert measured.with_batch(2 * ph.batch).read_beside_us == pytest.approx(14.0)
+    with pytest.raises(UsageError):
+        replace(PH3, read_beside_us=-1.0)
+
+
 def test_parameter_server():
     # N = 2, P = 1: 2(alpha + 2 m beta) = 8 + m: fc3 40, fc2 72, fc1 72
     ps = strat(collective="ps", servers=1)

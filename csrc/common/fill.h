@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define GDL_HD __host__ __device__ __forceinline__
@@ -48,6 +49,14 @@ inline std::size_t count_wrong_bytes(const char* a, const char* b, std::size_t n
 #endif
   for (std::size_t i = 0; i < n; ++i) wrong += a[i] != b[i];
   return wrong;
+}
+
+// The labels of the test data, for the loss layer: sample i has class (i * 7919) mod classes.
+inline std::vector<int32_t> test_labels(int batch, int64_t classes) {
+  std::vector<int32_t> l(batch > 0 ? batch : 0);
+  const int64_t c = classes > 1 ? classes : 1;
+  for (int i = 0; i < batch; ++i) l[i] = static_cast<int32_t>((int64_t(i) * 7919) % c);
+  return l;
 }
 
 }  // namespace gdl

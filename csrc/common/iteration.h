@@ -138,11 +138,4 @@ class BatchLoader {
   clock::time_point read_start_{}, read_end_{};
 };
 
-// Labels of the loss layer: batch int32 class indices.
-inline std::vector<int32_t> initial_labels(int batch, int64_t classes) {
-  std::vector<int32_t> l(batch);
-  for (int i = 0; i < batch; ++i) l[i] = static_cast<int32_t>((i * 7919) % std::max<int64_t>(1, classes));
-  return l;
-}
-
 }  // namespace gdl

@@ -35,14 +35,6 @@ void run_layer_pass(Layer& layer, LayerPass p, const Xs& xs, Y y, DY dy, const D
   if (p != LayerPass::bwd_filter) layer.backward_data(xs, y, dy, dxs);
 }
 
-// The labels of the test data: sample i has class (i * 7919) mod classes.
-inline std::vector<int32_t> test_labels(int batch, int64_t classes) {
-  std::vector<int32_t> l(batch > 0 ? batch : 0);
-  const int64_t c = classes > 1 ? classes : 1;
-  for (int i = 0; i < batch; ++i) l[i] = static_cast<int32_t>((int64_t(i) * 7919) % c);
-  return l;
-}
-
 // A host array handed to a checked run.
 struct Floats {
   const float* data;

@@ -120,7 +120,7 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, mak
   momentum_.assign(param_count_, 0.f);
   for (std::size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->bind_params(params_.data() + param_offset_[l], grads_.data() + param_offset_[l]);
-  labels_ = initial_labels(batch, numel(specs.back().in_shapes.at(0)));
+  labels_ = test_labels(batch, numel(specs.back().in_shapes.at(0)));
   for (auto& layer : layers_) layer->set_labels(labels_.data());
   std::vector<float*> outputs, output_grads;
   for (std::size_t l = 0; l < layers_.size(); ++l) {

@@ -60,7 +60,7 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, mak
                              cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemsetAsync(grads_->data(), 0, grads_->nbytes(), s));
   CUDA_CHECK(cudaMemsetAsync(momentum_->data(), 0, momentum_->nbytes(), s));
-  const auto labels = initial_labels(batch, numel(specs.back().in_shapes.at(0)));
+  const auto labels = test_labels(batch, numel(specs.back().in_shapes.at(0)));
   labels_ = std::make_unique<DeviceBuffer>(labels.size() * sizeof(int32_t));
   CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels.data(), labels.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));

@@ -117,11 +117,16 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                  for name, table in r.phase_table().items()],
                 caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; comm: the sum of the "
                         "messages' times (alone: each message alone)")
-    if r.contention:
+    if "compute_slowdown" in r.contention:
         cs, ms = r.contention["compute_slowdown"], r.contention["comm_slowdown"]
         console.print(f"contention, measured: backward {cs.median:.3f}x slower beside the messages, the messages "
                       f"{ms.median:.3f}x slower beside backward (medians of {len(cs.samples_us)} rounds)",
                       markup=False, highlight=False)
+    if "read_beside_us" in r.contention:
+        rb = r.contention["read_beside_us"]
+        console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
+                      f"alone) cost the compute beside it {rb.median / 1e3:.2f} ms (median of {len(rb.samples_us)} "
+                      "rounds); prefetching strategies pay that", markup=False, highlight=False)
     eta = r.overlap_efficiency
     console.print(f"model: overlap efficiency {eta:g} ("
                   + ("the compute threads fill every core, so communication and prefetched I/O overlapped with "
