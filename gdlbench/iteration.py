@@ -437,14 +437,22 @@ class Iteration:
         slowdowns: list[tuple[float, float]] = []
         read_costs: list[float] = []
         composed: list[list[tuple[float, list[dict]]]] = [[] for _ in plans]
+
+        def isolated(warmup: int) -> None:
+            """One isolated round. One before every composed iteration, so that the isolated samples
+            span the run as the composed ones do (the machine's speed drifts over seconds); after the
+            run's first, without warm-up: the composed iteration before it has warmed the state."""
+            _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, False, warmup, 1)
+            iso_traces.append(self.comm.allgather(t))
+
         for r in range(self.iters):
             self.progress(f"round {r + 1} of {self.iters}: phases alone" + (", the read beside" if probe_read else "")
                           + ", messages alone" + (", contention" if contend else "")
                           + f", then {len(plans)} composed iteration(s)")
-            _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, False, self.warmup, 1)
-            iso_traces.append(self.comm.allgather(t))
-            if probe_read:  # the isolated round again, its next batch read on the prefetch thread
-                _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, True, self.warmup, 1)
+            isolated(self.warmup if r == 0 else 0)
+            if probe_read:  # the isolated round again, its next batch read on the prefetch thread (no
+                # warm-up needed: the read measured is the one started in the timed iteration)
+                _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, True, 0, 1)
                 got = self.comm.allgather(read_beside(t, iso_traces[-1][self.comm.Get_rank()]))
                 if all(g is not None for g in got):
                     read_costs.append(max(got))
@@ -465,6 +473,8 @@ class Iteration:
                 if all(g is not None for g in got):
                     slowdowns.append((max(g[0] for g in got), max(g[1] for g in got)))
             for k, (strategy, mplan, algo, servers) in enumerate(plans):
+                if k > 0:
+                    isolated(0)
                 samples, t = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
                                                 io_fn, strategy.io_prefetch, self.warmup, 1, timeout_s=self.timeout)
                 composed[k].append((samples[0], self.comm.allgather(t)))

@@ -36,6 +36,8 @@ def test_message_plan_covers_every_gradient_once(name):
 def test_iteration_api_one_rank():
     r = Iteration(MLP, batch=8, device="cpu", strategy="serial,wfbp", iters=2, warmup=0, io=False).measure()
     assert set(r.phases) == {"h2d", "forward", "backward", "update"}
+    # an isolated round before every composed iteration: 2 rounds x 2 strategies
+    assert len(r.phases["forward"].samples_us) == 4
     assert len(r.layers) == len(load_network(MLP).layers)
     for run in r.runs:
         assert len(run.composed.samples_us) == 2 and run.predicted_us > 0
