@@ -127,6 +127,8 @@ def sweep_sizes(args: argparse.Namespace) -> list[int]:
         if len(sizes) > MAX_ROWS:
             raise UsageError(f"the sweep has more than {MAX_ROWS} sizes: use a larger -f or -i")
         s = s * factor if factor > 1 else s + step
+        if s > hi:  # also a factor so large that s overflows to inf
+            break
         if int(s) == sizes[-1]:
             s = sizes[-1] + 1
     return sizes
