@@ -13,7 +13,7 @@ plan alone, max over ranks), update (SGD with momentum over the flat parameter b
 How it measures, in rounds (A B A B, so that the machine's drift falls on both sides):
 - A, the isolated round: one iteration without communication, every phase stamped (read, copy,
   each layer's forward, each layer's backward right after its forward, update), as the composed
-  iteration runs them; when a strategy prefetches, the read-beside round (the same iteration,
+  iteration runs them, one before every composed iteration of the round; when a strategy prefetches, the read-beside round (the same iteration,
   its next batch read on the prefetch thread: what the read costs the compute beside it); then
   each message of every plan alone; then, on several ranks, the contention round (backward with
   messages sent beside it) that gives the model how much each slows the other down.
@@ -344,7 +344,8 @@ def slowest(ranks: list[dict]) -> dict:
 
 class Iteration:
     """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
-    module docstring), each native call after `warmup` untimed iterations."""
+    module docstring); `warmup` untimed iterations before each composed iteration and the run's
+    first isolated round."""
 
     # The composed run sends gradients from a communication thread while the main thread computes;
     # the main thread calls MPI (barriers, max over ranks) only while that thread is idle.
