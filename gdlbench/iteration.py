@@ -112,13 +112,14 @@ def layer_times(trace: dict) -> tuple[list[float], list[float]]:
 
 
 def compute_spans(trace: dict) -> list[tuple[float, float]]:
-    """The compute thread's work in one traced iteration, in the order it ran: the copy, each
-    layer's forward, zeroing the activation gradients, each layer's backward (the last layer
-    first), the update."""
-    t = trace
-    points = [t["io_wait_end_us"], t["h2d_end_us"], *t["layer_forward_end_us"], t["zero_end_us"],
-              *reversed(t["layer_backward_end_us"])]
-    return [*zip(points, points[1:], strict=False), (t["comm_end_us"], t["update_end_us"])]
+    """The compute thread's work in one traced iteration, in the order it ran (the trace's spans
+    of the copy, each layer's forward, zeroing the activation gradients, each layer's backward,
+    the update)."""
+    from .trace import iteration_spans
+
+    names = [""] * len(trace["layer_forward_end_us"])
+    return [(sp["start_us"], sp["end_us"]) for sp in iteration_spans(trace, names, [[]] * len(trace["message_start_us"]))
+            if sp["lane"] in ("h2d", "forward", "backward", "update")]
 
 
 def read_beside(probe: dict, alone: dict) -> float | None:

@@ -154,10 +154,12 @@ def test_read_beside_compute_is_measured_and_priced():
     # alone: h2d 0-1, forward 1-11 (10), zero 11-12, backward 12-32 (20), update 32-35
     alone = {"io_wait_end_us": 0.0, "h2d_end_us": 1.0, "layer_forward_end_us": [11.0], "zero_end_us": 12.0,
              "layer_backward_end_us": [32.0], "comm_end_us": 32.0, "update_end_us": 35.0, "io_prefetch": False,
-             "io_start_us": 0.0, "io_end_us": 0.0}
+             "io_start_us": 0.0, "io_end_us": 0.0, "forward_end_us": 11.0, "backward_end_us": 32.0,
+             "message_ready_us": [], "message_start_us": [], "message_end_us": []}
     assert compute_spans(alone) == [(0.0, 1.0), (1.0, 11.0), (11.0, 12.0), (12.0, 32.0), (32.0, 35.0)]
     # the read ran 1-16 beside forward, which took 15 instead of 10: a third of its span was lost
-    probe = alone | {"h2d_end_us": 1.0, "layer_forward_end_us": [16.0], "zero_end_us": 17.0,
+    probe = alone | {"h2d_end_us": 1.0, "layer_forward_end_us": [16.0], "forward_end_us": 16.0, "zero_end_us": 17.0,
+                     "backward_end_us": 37.0,
                      "layer_backward_end_us": [37.0], "comm_end_us": 37.0, "update_end_us": 40.0,
                      "io_prefetch": True, "io_start_us": 1.0, "io_end_us": 16.0}
     assert read_beside(probe, alone) == pytest.approx(5.0)
