@@ -7,6 +7,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 from ._native import THREAD_LEVEL_ENV, THREAD_LEVELS, init_mpi
@@ -186,5 +187,8 @@ def _fail(prog: str, exc: object, code: int, rank: int, size: int, abort: bool =
     if abort and size > 1:
         from ._native import MPI
 
+        # The line waits in a pipe until the launcher reads it; aborting at once can lose it
+        # (hydra, under load). A moment lets the launcher forward it first.
+        time.sleep(0.5)
         MPI.COMM_WORLD.Abort(code)
     return code

@@ -77,6 +77,9 @@ inline void loop() {
                    "died or hangs; aborting the job\n",
                    s.rank, s.what.c_str(), s.timeout_s);
       std::fflush(stderr);
+      // The line sits in a pipe to the launcher until it reads it; ending the job at once can
+      // lose it (hydra, under load: about 1 in 50). A moment lets the launcher forward it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
       int finalized = 0;
       MPI_Finalized(&finalized);  // callable from any thread
       if (s.may_abort && !finalized) MPI_Abort(MPI_COMM_WORLD, 3);
