@@ -13,8 +13,9 @@ plan alone, max over ranks), update (SGD with momentum over the flat parameter b
 How it measures, in rounds (A B A B, so that the machine's drift falls on both sides):
 - A, the isolated round: one iteration without communication, every phase stamped (read, copy,
   each layer's forward, each layer's backward right after its forward, update), as the composed
-  iteration runs them, one before every composed iteration of the round; when a strategy prefetches, the read-beside round (the same iteration,
-  its next batch read on the prefetch thread: what the read costs the compute beside it); then
+  iteration runs them, one before every composed iteration of the round; when a strategy
+  prefetches, the read-beside round (the same iteration, its next batch read on the prefetch
+  thread: what the read costs the compute beside it); then
   each message of every plan alone; then, on several ranks, the contention round (backward with
   messages sent beside it) that gives the model how much each slows the other down.
 - B: the composed iteration of every strategy: io on a prefetch thread (when the strategy

@@ -98,7 +98,8 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
                 caption=f"clock: {clock}; the isolated round: one iteration without communication, every phase "
                         f"stamped, one before every composed iteration; {it.iters} rounds, {it.warmup} warm-up "
-                        "iteration(s) before each composed one and the run's first isolated one; multi-rank phases are the slowest rank's (whose backward ended last)")
+                        "iteration(s) before each composed one and the run's first isolated one; multi-rank "
+                        "phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
     rows = strategy_rows(r)
