@@ -139,8 +139,13 @@ def test_study_predicts_on_a_two_level_cluster(study_dir, tmp_path):
         assert all(f"--cluster {cluster_file}" in cmd for cmd in na["predict_commands"].values()), na["predict_commands"]
         for w in na["what_ifs"]:
             gains = {r["what"]: r["gain_pct"] for r in w["ranked"]}
-            if w["workers"] > 4:  # across nodes: a faster inter-node link helps
-                assert gains["twice the link bandwidth"] > 0, w
+            if w["workers"] > 4:
+                # Across nodes a faster inter-node link helps, unless the prefetched read outlasts
+                # compute and communication (a small net on a busy machine): then the link gains
+                # exactly 0 and more I/O threads is the best what-if.
+                link = gains["twice the link bandwidth"]
+                io = next((g for what, g in gains.items() if what.startswith("twice the I/O threads")), 0.0)
+                assert link > 0 or (link == 0 and io > 0 and w["ranked"][0]["gain_pct"] == io), w
     assert f"the two-level cluster of {cluster_file}" in (out / "report.md").read_text()
     p = run_cli("study", "--out", str(tmp_path / "both"), "--cluster", str(cluster_file), "--link", "5:10",
                 nranks=2)
