@@ -142,29 +142,35 @@ def read_beside(probe: dict, alone: dict) -> float | None:
 
 def contention(trace: dict, backward_alone_us: float, message_alone_us: list[float]) -> tuple[float, float] | None:
     """(backward's slowdown, the messages' slowdown) while they ran side by side in a contention
-    round (every message posted as backward started), from that round's stamps and the same
-    work's times alone. None when they hardly overlapped (nothing to measure)."""
+    round (each message posted as its gradients were ready), from that round's stamps and the
+    same work's times alone. None when they hardly overlapped (nothing to measure).
+
+    Read the way the model (schedule_shared) runs them: message i occupies the communication
+    thread from max(its ready time, message i - 1's end) to its end (a late wake-up of the thread
+    is the message's time); while one is in flight, both run at their slowdowns, otherwise each
+    at its speed alone. So backward's time without a message beside it did that much of its work,
+    the rest it did in the time beside messages; each message's time after backward ended did that
+    much of its work, the rest it did beside backward. With those two rates the model's schedule
+    ends where the round did."""
     b_end = trace["backward_end_us"]
-    starts, ends = trace["message_start_us"], trace["message_end_us"]
+    ends = trace["message_end_us"]
     if not ends or b_end <= 0 or backward_alone_us <= 0:
         return None
-    comm_end = max(ends)
-    if comm_end <= b_end:  # the messages ended first: backward ran alone after them
-        window = comm_end
-        backward_done = backward_alone_us - (b_end - comm_end)
-        comm_done = sum(message_alone_us)
-    else:  # backward ended first: the messages done by then, the one in flight pro rata
-        window = b_end
-        backward_done = backward_alone_us
-        comm_done = 0.0
-        for s, e, c in zip(starts, ends, message_alone_us, strict=True):
-            if e <= window:
-                comm_done += c
-            elif s < window:
-                comm_done += c * (window - s) / (e - s)
-    if window < 0.05 * backward_alone_us or backward_done <= 0 or comm_done <= 0:
+    ready = trace.get("message_ready_us") or [0.0] * len(ends)
+    beside = comm_done = 0.0
+    prev_end = 0.0
+    for r, e, c in zip(ready, ends, message_alone_us, strict=True):
+        s = max(r, prev_end)
+        prev_end = max(prev_end, e)
+        overlap = max(0.0, min(e, b_end) - s)
+        if overlap <= 0:
+            continue
+        beside += overlap
+        comm_done += max(0.0, c - max(0.0, e - max(s, b_end)))
+    backward_done = backward_alone_us - (b_end - beside)
+    if beside < 0.05 * backward_alone_us or backward_done <= 0 or comm_done <= 0:
         return None
-    return max(1.0, window / backward_done), max(1.0, window / comm_done)
+    return max(1.0, beside / backward_done), max(1.0, beside / comm_done)
 
 
 @dataclass
@@ -229,8 +235,12 @@ class IterationResult:
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
     io_threads: int | None = None  # threads that read and decode the batch (None: no I/O phase)
-    # per round: compute / comm slowdown (the contention round), read_beside_us (the read-beside round)
+    # per round: read_beside_us (the read-beside round)
     contention: dict[str, Measurement] = field(default_factory=dict)
+    # per strategy that overlaps messages with backward, per round: (backward's, the messages'
+    # slowdown) from the contention round of its own messages (strategies sending the same
+    # messages share one)
+    slowdowns: dict[str, tuple[Measurement, Measurement]] = field(default_factory=dict)
     isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
 
     @property
@@ -290,20 +300,22 @@ class IterationResult:
                 "forward_sum_of_layers_us": sum(la["forward"].median for la in self.layers),
                 "backward_sum_of_layers_us": sum(la["backward"].median for la in self.layers),
                 "overlap_efficiency": self.overlap_efficiency, "io_threads": self.io_threads,
-                "contention": {k: m.median for k, m in self.contention.items()}}
+                "contention": self.phases_model().contention()}
 
     def phases_model(self) -> Phases:
         """The isolated phases as the model reads them."""
         p = self.phases
         slow = {k: m.median for k, m in self.contention.items()}
+        by_strategy = {name: (c.median, m.median) for name, (c, m) in self.slowdowns.items()}
+        first = next(iter(by_strategy.values()), (None, None))
         return Phases(batch=self.batch, forward_us=p["forward"].median, backward_us=p["backward"].median,
                       io_us=p["io"].median if "io" in p else 0.0, h2d_us=p["h2d"].median,
                       update_us=p["update"].median,
                       layer_forward_us={la["name"]: la["forward"].median for la in self.layers},
                       layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
                       net=self.net, workers=self.world_size, source="measured",
-                      overlap_efficiency=self.overlap_efficiency, compute_slowdown=slow.get("compute_slowdown"),
-                      comm_slowdown=slow.get("comm_slowdown"), read_beside_us=slow.get("read_beside_us"),
+                      overlap_efficiency=self.overlap_efficiency, compute_slowdown=first[0], comm_slowdown=first[1],
+                      strategy_slowdowns=by_strategy, read_beside_us=slow.get("read_beside_us"),
                       io_threads=self.io_threads)
 
     def chrome_trace(self) -> dict:
@@ -429,15 +441,16 @@ class Iteration:
             plans.append((strategy, plan_messages(self.net, strategy, net.layer_param_offset), algo, servers))
         # Each distinct message list is timed once per round, whichever strategies share it.
         message_sets = {(tuple(p.messages), algo, servers): p for _, p, algo, servers in plans}
-        # Contention: backward beside the per-layer messages (the finest plan), on several ranks.
-        per_layer = [(p, algo, servers) for s, p, algo, servers in plans if s.bucket_bytes is None]
-        contend = per_layer[0] if per_layer and world > 1 else None
+        # Contention, on several ranks: backward beside the messages of each plan that overlaps them
+        # with it, posted as that plan's strategies post them (each distinct plan once per round).
+        contend = {} if world == 1 else {(tuple(p.messages), algo, servers): p for s, p, algo, servers in plans
+                                         if s.overlap == "wfbp"}
         # The read beside compute, when a strategy prefetches it.
         probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
 
         iso_traces: list[list[dict]] = []
         msg_samples: dict[tuple, list[list[float]]] = {k: [] for k in message_sets}
-        slowdowns: list[tuple[float, float]] = []
+        slowdowns: dict[tuple, list[tuple[float, float]]] = {k: [] for k in contend}
         read_costs: list[float] = []
         composed: list[list[tuple[float, list[dict]]]] = [[] for _ in plans]
 
@@ -467,14 +480,14 @@ class Iteration:
                     if r == 0:
                         msg_samples[key].append([])
                     msg_samples[key][i] += sample
-            if contend:
-                mplan, algo, servers = contend
+            for key, mplan in contend.items():
+                _, algo, servers = key
                 _, t = net.time_contention(mplan.messages, algo, servers, self.comm)
-                alone = [msg_samples[(tuple(mplan.messages), algo, servers)][i][-1] for i in range(len(mplan.messages))]
+                alone = [msg_samples[key][i][-1] for i in range(len(mplan.messages))]
                 mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
                 got = self.comm.allgather(contention(t, mine, alone))
                 if all(g is not None for g in got):
-                    slowdowns.append((max(g[0] for g in got), max(g[1] for g in got)))
+                    slowdowns[key].append((max(g[0] for g in got), max(g[1] for g in got)))
             for k, (strategy, mplan, algo, servers) in enumerate(plans):
                 if k > 0:
                     isolated(0)
@@ -507,12 +520,12 @@ class Iteration:
         result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
                                  overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid],
                                  io_threads=(self.io_threads or self.threads) if self.io else None)
-        if slowdowns:
-            result.contention = {
-                "compute_slowdown": Measurement([c for c, _ in slowdowns], clock,
-                                                "backward beside the messages / backward alone"),
-                "comm_slowdown": Measurement([m for _, m in slowdowns], "steady-clock",
-                                             "messages beside backward / messages alone")}
+        measured = {key: (Measurement([c for c, _ in got], clock, "backward beside the messages / backward alone"),
+                          Measurement([m for _, m in got], "steady-clock", "messages beside backward / messages alone"))
+                    for key, got in slowdowns.items() if got}
+        for strategy, mplan, algo, servers in plans:
+            if strategy.overlap == "wfbp" and (tuple(mplan.messages), algo, servers) in measured:
+                result.slowdowns[strategy.name] = measured[(tuple(mplan.messages), algo, servers)]
         if read_costs:
             result.contention["read_beside_us"] = Measurement(
                 read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")

@@ -256,16 +256,26 @@ class Phases:
     # 2: the two share the same cores half and half).
     compute_slowdown: float | None = None
     comm_slowdown: float | None = None
+    # The same, measured with one strategy's own messages posted as it posts them: (backward,
+    # messages) per strategy name; a strategy not here takes the pair above.
+    strategy_slowdowns: dict[str, tuple[float, float]] = field(default_factory=dict)
     # The compute time a read on the prefetch thread costs while it runs beside compute (Iteration's
     # read-beside round), in us. None: (1 - overlap_efficiency) t_io.
     read_beside_us: float | None = None
 
     def contention(self) -> dict:
-        return {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
-                "read_beside_us": self.read_beside_us}
+        out = {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
+               "read_beside_us": self.read_beside_us}
+        if self.strategy_slowdowns:
+            out["by_strategy"] = {name: {"compute_slowdown": c, "comm_slowdown": m}
+                                  for name, (c, m) in self.strategy_slowdowns.items()}
+        return out
 
-    def slowdowns(self) -> tuple[float, float]:
-        """(backward, messages) slowdown while both run."""
+    def slowdowns(self, strategy: str | None = None) -> tuple[float, float]:
+        """(backward, messages) slowdown while both run: those measured with `strategy`'s own
+        messages when there are, else the run's pair, else as overlap_efficiency implies."""
+        if strategy in self.strategy_slowdowns:
+            return self.strategy_slowdowns[strategy]
         default = 2.0 - self.overlap_efficiency
         return (default if self.compute_slowdown is None else self.compute_slowdown,
                 default if self.comm_slowdown is None else self.comm_slowdown)
@@ -275,11 +285,13 @@ class Phases:
             raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
         if not isinstance(self.overlap_efficiency, (int, float)) or not 0 <= self.overlap_efficiency <= 1:
             raise UsageError(f"phases: overlap_efficiency must be in [0, 1], got {self.overlap_efficiency!r}")
-        for name in ("compute_slowdown", "comm_slowdown"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                                  or v < 1):
-                raise UsageError(f"phases: {name} must be a number >= 1, got {v!r}")
+        pairs = [("", (self.compute_slowdown, self.comm_slowdown))] + [
+            (f"by_strategy.{k}.", v) for k, v in self.strategy_slowdowns.items()]
+        for where, pair in pairs:
+            for name, v in zip(("compute_slowdown", "comm_slowdown"), pair, strict=True):
+                if (v is not None or where) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                 or not math.isfinite(v) or v < 1):
+                    raise UsageError(f"phases: {where}{name} must be a number >= 1, got {v!r}")
         if self.read_beside_us is not None:
             _time(self.read_beside_us, "phases: read_beside_us")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
@@ -330,6 +342,10 @@ class Phases:
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 1:
             raise UsageError(f"{source}: summary.overlap_efficiency must be a number in [0, 1], got {eta!r}")
         contention = summary.get("contention") if isinstance(summary.get("contention"), dict) else {}
+        by_strategy = contention.get("by_strategy", {})
+        if not isinstance(by_strategy, dict) or not all(isinstance(v, dict) for v in by_strategy.values()):
+            raise UsageError(f"{source}: summary.contention.by_strategy must map strategy names to "
+                             "{compute_slowdown, comm_slowdown}")
         return cls(batch=batch, forward_us=totals["forward"], backward_us=totals["backward"],
                    io_us=totals.get("io", 0.0), h2d_us=totals.get("h2d", 0.0), update_us=totals.get("update", 0.0),
                    comm_us=totals.get("comm"), layer_forward_us=fwd, layer_backward_us=bwd,
@@ -337,6 +353,8 @@ class Phases:
                    workers=workers if isinstance(workers, int) and workers > 0 else 1, source=source,
                    overlap_efficiency=float(eta), compute_slowdown=contention.get("compute_slowdown"),
                    comm_slowdown=contention.get("comm_slowdown"), read_beside_us=contention.get("read_beside_us"),
+                   strategy_slowdowns={k: (v.get("compute_slowdown"), v.get("comm_slowdown"))
+                                       for k, v in by_strategy.items()},
                    io_threads=io_threads)
 
     def with_batch(self, batch: int) -> Phases:
@@ -650,7 +668,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
         algo = strategy.algo or comm.formula
         costs = [comm.allreduce_us(algo, m, n) for m in sizes]
     costs = [c + e for c, e in zip(costs, encode, strict=True)]
-    compute_slowdown, comm_slowdown = phases.slowdowns()
+    compute_slowdown, comm_slowdown = phases.slowdowns(strategy.name)
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
     backward_end = layer_ends[-1] if layer_ends else 0.0
     e_last = spans[-1][1] if spans else 0.0

@@ -131,10 +131,26 @@ def test_measured_contention_prices_the_overlap():
     t = {"backward_end_us": 150.0, "message_start_us": [0.0, 45.0], "message_end_us": [45.0, 90.0]}
     sc, sm = contention(t, 100.0, [30.0, 30.0])
     assert sc == pytest.approx(90 / 40) and sm == pytest.approx(90 / 60)
-    # backward ended first (at 80): the messages did 30 + 30 * (80 - 50) / 60 = 45 of their work
+    # backward ended first (at 80): the second message's 30 us after it did 30 us of its work (at
+    # its speed alone, as the model runs it), so beside backward the messages did 30 of 60
     t = {"backward_end_us": 80.0, "message_start_us": [0.0, 50.0], "message_end_us": [50.0, 110.0]}
     sc, sm = contention(t, 70.0, [30.0, 30.0])
-    assert sc == pytest.approx(80 / 70) and sm == pytest.approx(80 / 45)
+    assert sc == pytest.approx(80 / 70) and sm == pytest.approx(80 / 30)
+    # posted as their gradients were ready (40 and 100), the thread late by 5 us on the first (the
+    # message's time from its ready time): 30 + 30 beside backward, which ran 70 of its 130 alone
+    t = {"backward_end_us": 130.0, "message_ready_us": [40.0, 100.0], "message_start_us": [45.0, 100.0],
+         "message_end_us": [70.0, 140.0]}
+    sc, sm = contention(t, 100.0, [20.0, 20.0])
+    assert sc == pytest.approx(60 / 30) and sm == pytest.approx(60 / 30)
+    # the model run with the rates read from a round ends where that round ended: a round made by
+    # schedule_shared itself gives its rates back
+    for layer_us, ready_after, cost_us, rates in [([30, 20, 25, 25], [0, 2], [30, 40], (1.5, 2.5)),
+                                                   ([10, 50, 5], [0, 1, 2], [5, 60, 8], (1.2, 3.0)),
+                                                   ([40, 40], [-1, 0], [10, 10], (2.0, 1.3))]:
+        ends, spans = schedule_shared(layer_us, ready_after, cost_us, *rates)
+        t = {"backward_end_us": ends[-1], "message_ready_us": [ends[r] if r >= 0 else 0.0 for r in ready_after],
+             "message_start_us": [s for s, _ in spans], "message_end_us": [e for _, e in spans]}
+        assert contention(t, sum(layer_us), cost_us) == pytest.approx(rates)
     assert contention({"backward_end_us": 80.0, "message_start_us": [], "message_end_us": []}, 70.0, []) is None
     # measured slowdowns go into the model and through the phases JSON
     ph = replace(PH3, compute_slowdown=1.5, comm_slowdown=1.2)
@@ -146,6 +162,21 @@ def test_measured_contention_prices_the_overlap():
                              strat(overlap="wfbp"), 2)
     fast = predict_iteration(NET3, PH3, RING, strat(overlap="wfbp"), 2)
     assert slow.t_iter_us > fast.t_iter_us
+    # each overlapping strategy priced with the contention of its own messages; others take the pair
+    ph = replace(PH3, compute_slowdown=1.0, comm_slowdown=1.0, strategy_slowdowns={"x": (2.0, 2.0)})
+    back = Phases.from_dict(json.loads(json.dumps(ph.to_report())))
+    assert back.strategy_slowdowns == {"x": (2.0, 2.0)} and back.slowdowns("x") == (2.0, 2.0)
+    assert back.slowdowns("y") == back.slowdowns() == (1.0, 1.0)
+    assert predict_iteration(NET3, ph, RING, Strategy("x", overlap="wfbp"), 2).t_iter_us == pytest.approx(
+        slow.t_iter_us)
+    assert predict_iteration(NET3, ph, RING, Strategy("y", overlap="wfbp"), 2).t_iter_us == pytest.approx(
+        fast.t_iter_us)
+    for bad in ({"x": {"compute_slowdown": 0.5, "comm_slowdown": 1.0}}, {"x": {"comm_slowdown": 2.0}}, {"x": 3},
+                ["x"]):
+        doc = ph.to_report()
+        doc["summary"]["contention"]["by_strategy"] = bad
+        with pytest.raises(UsageError, match="by_strategy"):
+            Phases.from_dict(doc)
 
 
 def test_read_beside_compute_is_measured_and_priced():

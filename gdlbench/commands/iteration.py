@@ -118,11 +118,14 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                  for name, table in r.phase_table().items()],
                 caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; comm: the sum of the "
                         "messages' times (alone: each message alone)")
-    if "compute_slowdown" in r.contention:
-        cs, ms = r.contention["compute_slowdown"], r.contention["comm_slowdown"]
-        console.print(f"contention, measured: backward {cs.median:.3f}x slower beside the messages, the messages "
-                      f"{ms.median:.3f}x slower beside backward (medians of {len(cs.samples_us)} rounds)",
-                      markup=False, highlight=False)
+    shared: dict[int, list[str]] = {}  # strategies whose contention was measured with the same messages
+    for name, pair in r.slowdowns.items():
+        shared.setdefault(id(pair[0]), []).append(name)
+    for names in shared.values():
+        cs, ms = r.slowdowns[names[0]]
+        console.print(f"contention, measured with the messages of {', '.join(names)} posted as backward produces "
+                      f"them: backward {cs.median:.3f}x slower beside them, the messages {ms.median:.3f}x slower "
+                      f"beside backward (medians of {len(cs.samples_us)} rounds)", markup=False, highlight=False)
     if "read_beside_us" in r.contention:
         rb = r.contention["read_beside_us"]
         console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
@@ -135,8 +138,9 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                      "overlapped communication and I/O run on resources of their own") + ")", markup=False)
     if eta == 0 and r.world_size > 1 and any(run.strategy.overlap == "wfbp" for run in r.runs):
         console.print("note: the communication thread has no core of its own here, so a WFBP message can stall for "
-                      "tens of ms while both ranks' compute threads hold the cores; the model does not price those "
-                      "stalls (docs/model.md). Fewer --threads per rank, so that the ranks leave a core free, give the messages one.",
+                      "tens of ms while both ranks' compute threads hold the cores. The model prices those stalls by "
+                      "their mean in the contention rounds; which messages stall changes from run to run, and so "
+                      "does the composed time (docs/model.md). Fewer --threads per rank, so that the ranks leave a core free, give the messages one.",
                       markup=False)
     if it.skipped:
         console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
