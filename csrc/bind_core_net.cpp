@@ -45,9 +45,9 @@ void bind_net(py::module_& m) {
                                 c, trace, timeout_s);
       },
       [](cpu::Net& n, const std::vector<Message>& msgs, const std::string& algo, int servers, MPI_Comm c,
-         IterationTrace* trace) {
+         IterationTrace* trace, int warmup) {
         const DupComm comm_thread(c);
-        return n.time_contention(msgs, allreduce_for(algo, servers, comm_thread.comm), c, trace);
+        return n.time_contention(msgs, allreduce_for(algo, servers, comm_thread.comm), c, trace, warmup);
       });
 }
 

@@ -29,9 +29,9 @@ void bind_cuda_net(py::module_& m) {
         return n.time_iteration(plan, msgs, overlap, io, prefetch, sgd, c, trace, timeout_s);
       },
       [](cuda::Net& n, const std::vector<Message>& msgs, const std::string& algo, int, MPI_Comm c,
-         IterationTrace* trace) {
+         IterationTrace* trace, int warmup) {
         require_nccl(algo);
-        return n.time_contention(msgs, c, trace);
+        return n.time_contention(msgs, c, trace, warmup);
       });
 }
 

@@ -48,7 +48,7 @@ inline py::dict trace_dict(const IterationTrace& t) {
 
 // Messages(net, plan, msgs, algo, servers, comm, timeout_s) -> per-message samples;
 // Iterate(net, plan, msgs, overlap, algo, servers, comm, io, prefetch, sgd, trace*, timeout_s) -> samples;
-// Contend(net, msgs, algo, servers, comm, trace*) -> samples.
+// Contend(net, msgs, algo, servers, comm, trace*, warmup) -> samples.
 // All run with the GIL released; io takes it back on its own thread.
 template <class NetT, class Messages, class Iterate, class Contend>
 void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate iterate, Contend contend) {
@@ -120,18 +120,19 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
          "No messages: the phases in sequence without communication (the isolated round). timeout_s > 0: "
          "end the job when an iteration makes no progress that long.")
       .def("time_contention", [contend](NetT& n, const MessageList& msgs, const std::string& algo, int servers,
-                                        py::object comm) {
+                                        py::object comm, int warmup) {
         const MPI_Comm c = get_comm(comm);
         const auto plan = to_messages(msgs);
         IterationTrace trace;
         std::vector<double> samples;
         {
           py::gil_scoped_release nogil;
-          samples = contend(n, plan, algo, servers, c, &trace);
+          samples = contend(n, plan, algo, servers, c, &trace, warmup);
         }
         return py::make_tuple(samples, trace_dict(trace));
-      }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"),
-         "Backward with every message sent beside it from its start: (span in us, max over ranks; the trace).");
+      }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("warmup") = 0,
+         "Forward, then backward with each message sent beside it as its gradients are ready (as WFBP "
+         "sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace).");
 }
 
 }  // namespace gdl::bind

@@ -182,7 +182,9 @@ class StrategyRun:
     traces: list[dict]  # the median round's composed iteration, per rank (us from its start)
     prediction: Prediction
     inside: dict[str, Measurement] = field(default_factory=dict)  # phase_times inside the composed run
-    model_se_us: float = 0.0  # the model's standard error: the isolated round's whole iteration, median_se
+    # the model's standard error: the isolated round's whole iteration's median_se, and for a
+    # strategy priced with measured contention, what the slowdowns' median_se moves the prediction
+    model_se_us: float = 0.0
 
     @property
     def error_se_pct(self) -> float:
@@ -482,7 +484,7 @@ class Iteration:
                     msg_samples[key][i] += sample
             for key, mplan in contend.items():
                 _, algo, servers = key
-                _, t = net.time_contention(mplan.messages, algo, servers, self.comm)
+                _, t = net.time_contention(mplan.messages, algo, servers, self.comm, self.warmup)
                 alone = [msg_samples[key][i][-1] for i in range(len(mplan.messages))]
                 mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
                 got = self.comm.allgather(contention(t, mine, alone))
@@ -541,9 +543,16 @@ class Iteration:
             inside = {ph: Measurement([p[ph] for p in inside_rounds], clock, f"{ph} inside the composed iteration")
                       for ph in inside_rounds[0]}
             executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
-            pred = predict_iteration(self.net, model_phases, None, executed, world,
-                                     message_costs_us=[m.median for m in msg])
+            costs = [m.median for m in msg]
+            pred = predict_iteration(self.net, model_phases, None, executed, world, message_costs_us=costs)
+            model_se = isolated.median_se
+            if strategy.name in result.slowdowns:  # the contention rounds' noise, at one sigma either way
+                cs, cm = result.slowdowns[strategy.name]
+                moved = [predict_iteration(self.net, replace(model_phases, strategy_slowdowns={strategy.name: (
+                    max(1.0, cs.median + sign * cs.median_se), max(1.0, cm.median + sign * cm.median_se))}),
+                    None, executed, world, message_costs_us=costs).t_iter_us for sign in (1, -1)]
+                model_se = math.hypot(model_se, (moved[0] - moved[1]) / 2)
             result.runs.append(StrategyRun(strategy, mplan, msg,
                                            Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),
-                                           rounds[_median_index(samples)][1], pred, inside, isolated.median_se))
+                                           rounds[_median_index(samples)][1], pred, inside, model_se))
         return result

@@ -100,6 +100,12 @@ def test_cli_two_ranks_compares_strategies(tmp_path):
     assert [r["strategy"] for r in its] == ["serial", "wfbp", "wfbp-fusion"]
     assert all(r["images_per_s_total"] == pytest.approx(2 * r["images_per_s"]) for r in its)
     assert p.stdout.count("composed iteration per strategy") == 1  # rank 0 alone prints
+    # contention measured only for the strategies that overlap, each with its own messages
+    by = doc["summary"]["contention"].get("by_strategy", {})
+    assert set(by) <= {"wfbp", "wfbp-fusion"}
+    assert all(v["compute_slowdown"] >= 1 and v["comm_slowdown"] >= 1 for v in by.values())
+    text = " ".join(p.stdout.split())
+    assert all(f"contention, measured with the messages of {name}" in text for name in by)
     # where the compute threads fill every core, the output warns that WFBP messages can stall
     full = doc["summary"]["overlap_efficiency"] == 0
     assert ("the communication thread has no core of its own" in " ".join(p.stdout.split())) == full

@@ -218,7 +218,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
 }
 
 std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce,
-                                         MPI_Comm comm, IterationTrace* trace) {
+                                         MPI_Comm comm, IterationTrace* trace, int warmup) {
   const auto ready_at = messages_by_layer(msgs, param_count(), layers());
   // A buffer of its own: the messages run while backward writes the gradients.
   std::vector<float> scratch(grads_.size());
@@ -227,27 +227,32 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const
   IterationTrace t;
   t.layer_backward_end.assign(layers(), 0.0);
   t.message_ready.assign(msgs.size(), 0.0);
-  // The barrier before forward, as in the composed iteration: backward starts on each rank when
-  // its forward ends, the ranks as far apart as forward leaves them.
-  MPI_Barrier(comm);
-  forward();
-  const auto t0 = clock_type::now();
-  comm_thread.begin_iteration(t0);
-  zero_act_grads();
-  t.zero_end = us_since(t0);
-  // Each message posted as its last gradient is ready, as WFBP posts them: each post wakes the
-  // communication thread and each message waits for the peers' threads, which messages posted
-  // all at once would not show.
-  backward_layers([&](int l) {
-    t.layer_backward_end[l] = us_since(t0);
-    for (int i : ready_at[l]) {
-      t.message_ready[i] = us_since(t0);
-      comm_thread.post(i);
-    }
-  });
-  t.backward_end = t.layer_backward_end.front();
-  comm_thread.wait_all();
-  t.comm_end = us_since(t0);
+  // Warm-up rounds first on the same communication thread, as the composed iteration's: the
+  // scheduler treats a thread that has just spun through a backward's messages otherwise than a
+  // new one.
+  for (int it = 0; it <= warmup; ++it) {
+    // The barrier before forward, as in the composed iteration: backward starts on each rank when
+    // its forward ends, the ranks as far apart as forward leaves them.
+    MPI_Barrier(comm);
+    forward();
+    const auto t0 = clock_type::now();
+    comm_thread.begin_iteration(t0);
+    zero_act_grads();
+    t.zero_end = us_since(t0);
+    // Each message posted as its last gradient is ready, as WFBP posts them: each post wakes the
+    // communication thread and each message waits for the peers' threads, which messages posted
+    // all at once would not show.
+    backward_layers([&](int l) {
+      t.layer_backward_end[l] = us_since(t0);
+      for (int i : ready_at[l]) {
+        t.message_ready[i] = us_since(t0);
+        comm_thread.post(i);
+      }
+    });
+    t.backward_end = t.layer_backward_end.front();
+    comm_thread.wait_all();
+    t.comm_end = us_since(t0);
+  }
   t.message_start = comm_thread.starts();
   t.message_end = comm_thread.ends();
   std::vector<double> sample{t.comm_end};

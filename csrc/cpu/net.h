@@ -57,7 +57,7 @@ class Net : public LayerGraph<float> {
   // both run side by side; stamps of both in `trace`. Returns the span until both are done, max
   // over ranks.
   std::vector<double> time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce, MPI_Comm comm,
-                                      IterationTrace* trace);
+                                      IterationTrace* trace, int warmup = 0);
 
   void zero_act_grads() override;
   void update(const SgdConfig& sgd);

@@ -261,7 +261,8 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
   return samples;
 }
 
-std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace) {
+std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace,
+                                         int warmup) {
   const auto ready_at = messages_by_layer(msgs, param_count_, layers());
   const cudaStream_t s = context().stream;
   ncclComm_t nc = nccl_comm(comm);
@@ -270,27 +271,30 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_C
   fill(scratch->data(), param_count_, DType::f32, 11);
   auto* g = static_cast<float*>(scratch->data());
   const IterationEvents ev(layers(), msgs.size());
-  // The barrier before forward, as in the composed iteration: backward starts on each rank when
-  // its forward ends, the ranks as far apart as forward leaves them.
-  CUDA_CHECK(cudaDeviceSynchronize());
-  MPI_Barrier(comm);
-  forward();
-  CUDA_CHECK(cudaEventRecord(ev.start(), s));
-  CUDA_CHECK(cudaEventSynchronize(ev.start()));  // the host span below starts where backward does
-  const auto t0 = clock_type::now();
-  CUDA_CHECK(cudaEventRecord(ev.h2d(), s));
-  for (int l = 0; l < layers(); ++l) CUDA_CHECK(cudaEventRecord(ev.forward(l), s));
-  zero_act_grads();
-  CUDA_CHECK(cudaEventRecord(ev.zero(), s));
-  backward_layers([&](int l) {  // each message enqueued as its gradients are ready, as WFBP does
-    CUDA_CHECK(cudaEventRecord(ev.backward(l), s));
-    for (int i : ready_at[l]) send_message(ev, static_cast<std::size_t>(i), msgs[i], g, nc, s, comm_stream_, 0);
-  });
-  CUDA_CHECK(cudaEventRecord(ev.comm(), comm_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(s, ev.comm(), 0));
-  CUDA_CHECK(cudaEventRecord(ev.update(), s));
-  CUDA_CHECK(cudaEventSynchronize(ev.update()));
-  std::vector<double> sample{std::chrono::duration<double, std::micro>(clock_type::now() - t0).count()};
+  std::vector<double> sample(1);
+  for (int it = 0; it <= warmup; ++it) {  // warm-up rounds first, as the composed iteration's
+    // The barrier before forward, as in the composed iteration: backward starts on each rank when
+    // its forward ends, the ranks as far apart as forward leaves them.
+    CUDA_CHECK(cudaDeviceSynchronize());
+    MPI_Barrier(comm);
+    forward();
+    CUDA_CHECK(cudaEventRecord(ev.start(), s));
+    CUDA_CHECK(cudaEventSynchronize(ev.start()));  // the host span below starts where backward does
+    const auto t0 = clock_type::now();
+    CUDA_CHECK(cudaEventRecord(ev.h2d(), s));
+    for (int l = 0; l < layers(); ++l) CUDA_CHECK(cudaEventRecord(ev.forward(l), s));
+    zero_act_grads();
+    CUDA_CHECK(cudaEventRecord(ev.zero(), s));
+    backward_layers([&](int l) {  // each message enqueued as its gradients are ready, as WFBP does
+      CUDA_CHECK(cudaEventRecord(ev.backward(l), s));
+      for (int i : ready_at[l]) send_message(ev, static_cast<std::size_t>(i), msgs[i], g, nc, s, comm_stream_, 0);
+    });
+    CUDA_CHECK(cudaEventRecord(ev.comm(), comm_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(s, ev.comm(), 0));
+    CUDA_CHECK(cudaEventRecord(ev.update(), s));
+    CUDA_CHECK(cudaEventSynchronize(ev.update()));
+    sample[0] = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+  }
   comm::max_over_ranks(sample, comm);
   IterationTrace t;
   ev.read(t, false);

@@ -40,7 +40,8 @@ class Net : public LayerGraph<void> {
   // its gradients are ready, as WFBP enqueues them (on a scratch buffer), so both run side by
   // side; stamps of both in `trace`. Returns the span until both are done (host clock), max over
   // ranks.
-  std::vector<double> time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace);
+  std::vector<double> time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace,
+                                      int warmup = 0);
 
   void zero_act_grads() override;
   void update(const SgdConfig& sgd);
