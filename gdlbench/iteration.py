@@ -16,8 +16,10 @@ How it measures, in rounds (A B A B, so that the machine's drift falls on both s
   iteration runs them, one before every composed iteration of the round; when a strategy
   prefetches, the read-beside round (the same iteration, its next batch read on the prefetch
   thread: what the read costs the compute beside it); then
-  each message of every plan alone; then, on several ranks, the contention round (backward with
-  messages sent beside it) that gives the model how much each slows the other down.
+  each message of every plan alone; then, on several ranks, a contention round per plan that
+  overlaps messages with backward (forward, then backward with the plan's messages sent beside
+  it as WFBP sends them, after --warmup such rounds) that gives the model how much each slows
+  the other down.
 - B: the composed iteration of every strategy: io on a prefetch thread (when the strategy
   prefetches), the messages on a communication thread (during backward for WFBP strategies, after
   it otherwise), then the update; every phase stamped on every rank (the trace).
