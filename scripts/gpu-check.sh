@@ -2,7 +2,9 @@
 # The GPU validation, in stages that each fit one command of the GPU machine (600 s at most). That
 # machine (one H200, x86-64, Python 3.12, no package registry) has nvcc, CuPy, PyTorch, the CUDA
 # 13 wheels (cuBLAS, cuDNN, NCCL), mpi4py, pybind11, scikit-build-core, cmake, ninja, numpy and
-# pytest; mpich and scipy-openblas32 come carried in .whl/ (scripts/fetch-gpu-wheels.sh).
+# pytest; mpich and scipy-openblas32 come carried in .whl/ (scripts/fetch-gpu-wheels.sh), and
+# nccl-tests' perf programs, the NCCL peer, in .peers/nccl-tests/ (scripts/build-nccl-tests.sh;
+# the bench stage waives that comparison without them).
 # From the repository root:
 #   bash scripts/gpu-check.sh                  # stage "first": set-up, build, import, the GPU
 #                                              #   tests, GEMM vs torch.matmul (well under 5 min)
@@ -210,6 +212,11 @@ stage_bench() {  # step limits sum to under 540 s
   step iteration_vs_torch 90 "$VENV/bin/python" benchmarks/iteration_vs_torch_gpu.py --json "$(J iteration_vs_torch.json)"
   step copy_update_vs_torch 60 "$VENV/bin/python" benchmarks/copy_update_vs_torch_gpu.py --json "$(J copy_update_vs_torch.json)"
   step gemm_cli 30 bash -c "cd /tmp && $G gemm --device cuda --dtype bfloat16 -m 8192 -n 8192 -k 8192 --json $(J gemm_bf16.json)"
+  if [ -x .peers/nccl-tests/all_reduce_perf ]; then
+    step nccl_vs_nccl_tests 120 "$VENV/bin/python" benchmarks/nccl_vs_nccl_tests.py --json "$(J nccl_vs_nccl_tests.json)"
+  else
+    printf '%-28s %s\n' nccl_vs_nccl_tests "WAIVED (no .peers/nccl-tests: scripts/build-nccl-tests.sh)" | tee -a "$OUT/summary.txt"
+  fi
   step nccl_allreduce 60 bash -c "cd /tmp && $G allreduce --backend nccl -b 8 -e 256M -f 4 -d float32,bfloat16 -c 1 -n 20 --json $(J nccl_allreduce.json)"
   step nccl_others 60 bash -c "cd /tmp && for c in reduce_scatter allgather broadcast; do $G \$c --backend nccl -b 8 -e 256M -f 16 -c 1 --json $(J nccl)_\$c.json || exit 1; done"
   step conv_cli 60 bash -c "cd /tmp && $G conv --net resnet50 --device cuda --dtype float32 --layout nhwc --algo search --json $(J conv_r50_fp32.json)"
