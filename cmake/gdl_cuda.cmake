@@ -77,7 +77,7 @@ target_compile_options(_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-c
 foreach(_dir IN LISTS CMAKE_CUDA_TOOLKIT_INCLUDE_DIRECTORIES)
   target_compile_options(_cuda PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:-idirafter${_dir}>")
 endforeach()
-target_link_libraries(_cuda PRIVATE gdl_mpi gdl::cublas gdl::cublasLt gdl::cudnn gdl::nccl gdl_warnings)
+target_link_libraries(_cuda PRIVATE gdl_mpi gdl::cublas gdl::cublasLt gdl::cudnn gdl::nccl gdl_module_flags)
 # The NVIDIA wheels beside gdlbench ($ORIGIN/..). With GDL_RPATH_BUILD_WHEELS=ON also where the
 # build found them: for a venv that sees another environment's packages after its own, as
 # scripts/gpu-check.sh's venv sees the GPU image's (off by default: with build isolation that

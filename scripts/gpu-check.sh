@@ -9,6 +9,7 @@
 #   bash scripts/gpu-check.sh                  # stage "first": set-up, build, import, the GPU
 #                                              #   tests, GEMM vs torch.matmul (well under 5 min)
 #   bash scripts/gpu-check.sh --stage bench    # the benchmarks beside their peers (a second call)
+#   bash scripts/gpu-check.sh --stage setup    # the venv and the build alone
 #   bash scripts/gpu-check.sh --no-gpu         # here, without a GPU: the same set-up and build
 #                                              #   from .whl/ alone, both modules imported, the
 #                                              #   CPU suite; stops before the GPU steps
@@ -26,17 +27,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-usage() { echo "usage: scripts/gpu-check.sh [--no-gpu] [--stage first|bench|all]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu-check.sh [--no-gpu] [--stage first|bench|all|setup] [--only STEP,...]" >&2; exit 2; }
 no_gpu=0
 stage=first
+only=""   # --only: run these steps of the stage (and the set-up), skip the others (a rerun of what failed)
 while [ $# -gt 0 ]; do
   case $1 in
     --no-gpu) no_gpu=1; shift ;;
     --stage) [ $# -ge 2 ] || usage; stage=$2; shift 2 ;;
+    --only) [ $# -ge 2 ] || usage; only=",$2,"; shift 2 ;;
     *) usage ;;
   esac
 done
-case $stage in first | bench | all) ;; *) usage ;; esac
+case $stage in first | bench | all | setup) ;; *) usage ;; esac
 [ "$no_gpu" = 1 ] && [ "$stage" = bench ] && { echo "gpu-check: --no-gpu has no benchmark stage" >&2; exit 2; }
 
 # The limits are sized for the GPU machine (16 cores); --no-gpu runs on small shared machines.
@@ -67,6 +70,10 @@ archive() {  # the stage's logs so far, replaced whole (never half-written)
 
 step() {  # step NAME SECONDS COMMAND...: run with a timeout, log, archive, record pass/fail
   local name=$1 limit=$(($2 * TIME_SCALE)); shift 2
+  if [ -n "$only" ] && [[ $only != *",$name,"* ]] && [[ ",$SETUP_STEPS," != *",$name,"* ]]; then
+    printf '%-28s %s\n' "$name" "skipped (--only)" | tee -a "$OUT/summary.txt"
+    return 0
+  fi
   local log="$WORK/$current/$name.log" t0=$SECONDS rc
   echo "--- $name (timeout ${limit}s): $*"
   # bash -c: the command may be one of this script's functions (exported below)
@@ -82,6 +89,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a timeout, log, archive, reco
 }
 
 # ------------------------------------------------------------------------------------- set-up
+SETUP_STEPS=probe,image,venv,build,import,env   # run whatever --only says
 export IMAGE_PY=${GDL_IMAGE_PYTHON:-python3}
 
 make_image() {  # --no-gpu: a stand-in for the GPU image, from .whl/image/ alone (no registry)
@@ -171,7 +179,8 @@ setup() {  # skipped when the venv already holds a build of this source (a secon
     . "$VENV/gpu-check.env"
     return 0
   fi
-  step probe 20 bash -c "nvidia-smi; $IMAGE_PY --version; command -v nvcc && nvcc --version; $IMAGE_PY -m pip list 2>/dev/null \
+  step probe 20 bash -c "nvidia-smi; $IMAGE_PY --version; command -v nvcc && nvcc --version; command -v g++ && g++ --version | head -1; \
+    g++ -dumpspecs | grep -n -m3 -E 'static-libstdc|-lstdc'; $IMAGE_PY -m pip list 2>/dev/null \
     | grep -iE '^(torch|cupy|nvidia|cuda|mpi4py|pybind11|scikit-build|cmake|ninja|numpy|pytest) '; true"
   if [ "$no_gpu" = 1 ]; then
     step image 600 make_image || return 1
@@ -201,7 +210,7 @@ stage_first() {  # on the GPU: step limits sum to 560 s (expected: about 4 minut
     return
   fi
   # GDL_EXPECT_GPU=1: a GPU test that would skip fails instead.
-  step gpu_tests 140 env GDL_EXPECT_GPU=1 bash -c "cd /tmp && '$VENV/bin/python' -m pytest -q -rs -p no:cacheprovider -m gpu '$root/tests'"
+  step gpu_tests 140 env GDL_EXPECT_GPU=1 bash -c "cd /tmp && '$VENV/bin/python' -m pytest -q -rs -p no:cacheprovider -m 'gpu or native' '$root/tests'"
   step gemm_vs_torch 50 "$VENV/bin/python" benchmarks/gemm_vs_torch_gpu.py --json "$(J gemm_vs_torch.json)"
 }
 
@@ -215,7 +224,7 @@ stage_bench() {  # step limits sum to under 540 s
   if [ -x .peers/nccl-tests/all_reduce_perf ]; then
     step nccl_vs_nccl_tests 120 "$VENV/bin/python" benchmarks/nccl_vs_nccl_tests.py --json "$(J nccl_vs_nccl_tests.json)"
   else
-    printf '%-28s %s\n' nccl_vs_nccl_tests "WAIVED (no .peers/nccl-tests: scripts/build-nccl-tests.sh)" | tee -a "$OUT/summary.txt"
+    printf '%-28s %s\n' nccl_vs_nccl_tests "waived (no .peers/nccl-tests: scripts/build-nccl-tests.sh)" | tee -a "$OUT/summary.txt"
   fi
   step nccl_allreduce 60 bash -c "cd /tmp && $G allreduce --backend nccl -b 8 -e 256M -f 4 -d float32,bfloat16 -c 1 -n 20 --json $(J nccl_allreduce.json)"
   step nccl_others 60 bash -c "cd /tmp && for c in reduce_scatter allgather broadcast; do $G \$c --backend nccl -b 8 -e 256M -f 16 -c 1 --json $(J nccl)_\$c.json || exit 1; done"
@@ -232,6 +241,7 @@ case $stage in
   first) stage_first ;;
   bench) stage_bench ;;
   all) stage_first; stage_bench ;;
+  setup) begin_stage setup; setup ;;  # the venv and the build alone (to investigate by hand)
 esac
 echo "=== summary ($OUT/summary.txt)"
 cat "$OUT/summary.txt"
