@@ -31,6 +31,7 @@ usage() { echo "usage: scripts/gpu-check.sh [--no-gpu] [--stage first|bench|all|
 no_gpu=0
 stage=first
 only=""   # --only: run these steps of the stage (and the set-up), skip the others (a rerun of what failed)
+ran=","   # the steps that ran, to catch an --only name that matches none
 while [ $# -gt 0 ]; do
   case $1 in
     --no-gpu) no_gpu=1; shift ;;
@@ -74,6 +75,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a timeout, log, archive, reco
     printf '%-28s %s\n' "$name" "skipped (--only)" | tee -a "$OUT/summary.txt"
     return 0
   fi
+  ran="$ran$name,"
   local log="$WORK/$current/$name.log" t0=$SECONDS rc
   echo "--- $name (timeout ${limit}s): $*"
   # bash -c: the command may be one of this script's functions (exported below)
@@ -179,8 +181,8 @@ setup() {  # skipped when the venv already holds a build of this source (a secon
     . "$VENV/gpu-check.env"
     return 0
   fi
-  step probe 20 bash -c "nvidia-smi; $IMAGE_PY --version; command -v nvcc && nvcc --version; command -v g++ && g++ --version | head -1; \
-    g++ -dumpspecs | grep -n -m3 -E 'static-libstdc|-lstdc'; $IMAGE_PY -m pip list 2>/dev/null \
+  step probe 20 bash -c "nvidia-smi; $IMAGE_PY --version; command -v nvcc && nvcc --version; echo \"CXX=\${CXX:-unset} CC=\${CC:-unset}\"; \
+    $IMAGE_PY -m pip list 2>/dev/null \
     | grep -iE '^(torch|cupy|nvidia|cuda|mpi4py|pybind11|scikit-build|cmake|ninja|numpy|pytest) '; true"
   if [ "$no_gpu" = 1 ]; then
     step image 600 make_image || return 1
@@ -245,6 +247,9 @@ case $stage in
   all) stage_first; stage_bench ;;
   setup) begin_stage setup; setup ;;  # the venv and the build alone (to investigate by hand)
 esac
+for name in ${only//,/ }; do
+  [[ $ran == *",$name,"* ]] || { echo "gpu-check: --only: no step named '$name' ran in stage $stage" | tee -a "$OUT/summary.txt"; failed=1; }
+done
 echo "=== summary ($OUT/summary.txt)"
 cat "$OUT/summary.txt"
 exit "$failed"

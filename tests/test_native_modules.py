@@ -15,7 +15,7 @@ from gdlbench import _native
 # The C++ runtime's entry points (libstdc++, libsupc++, libgcc). A module that exports them, because
 # its toolchain linked the runtime statically, interposes on the copy every other library uses:
 # loaded first, it captured libstdc++'s own std::call_once state and cuDNN 9's cudnnCreate jumped
-# to a null __once_call on the GPU machine (its g++ links libstdc++ statically).
+# to a null __once_call on the GPU machine (the g++ CMake found there links libstdc++ statically).
 RUNTIME_PREFIXES = ("__cxa_", "__gxx_personality", "__once_proxy", "_ZSt11__once_call", "_ZSt15__once_callable",
                     "_Unwind_", "_ZSt9terminate", "_ZSt20__throw_")
 
