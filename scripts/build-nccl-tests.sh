@@ -12,7 +12,7 @@ set -euo pipefail
 src=$(cd "$1" && pwd)
 cd "$(dirname "$0")/.."
 out=$(pwd)/.peers/nccl-tests
-nccl_home=${2:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0]))' 2>/dev/null || true)}
+nccl_home=${2:-$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)}
 [ -f "$nccl_home/include/nccl.h" ] || { echo "build-nccl-tests: no include/nccl.h under '$nccl_home' (give NCCL_HOME)" >&2; exit 2; }
 # The wheel ships only libnccl.so.2 and the link step asks for libnccl.so: a NCCL_HOME of links.
 home=$(mktemp -d) && trap 'rm -rf "$home"' EXIT
