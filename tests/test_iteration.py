@@ -4,6 +4,7 @@ two ranks), the all-reduced gradients, and the phases JSON that predict reads ba
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -168,6 +169,32 @@ def test_convnet_gradients_match_finite_differences():
         assert numeric == pytest.approx(grads[j], rel=0.05, abs=1e-4), (spec["name"], numeric, grads[j])
         checked += 1
     assert checked == 5  # conv1, bn1, conv2, conv3, fc
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_gpu)])
+def test_training_stays_at_a_training_runs_scale(device):
+    """Iterations train the net, so each must see a new batch (here: new labels). Trained on one
+    fixed batch the net memorized it, the loss and gradients shrank into denormals, and a CPU's
+    backward slowed several fold (GoogLeNet, batch 8: 0.54 to 3.7 s within 24 iterations)."""
+    from mpi4py import MPI
+
+    net = load_network(CONVNET)
+    if device == "cpu":
+        exe = _core.Net(net.layer_specs(), 4)
+    else:
+        from gdlbench._native import _cuda
+
+        exe = _cuda.Net(net.layer_specs(), 4)
+    exe.forward_backward()
+    grad0 = float(np.abs(exe.grads()).max())
+    exe.time_iteration([], False, "library", 1, MPI.COMM_WORLD, None, False, 0, 300)
+    exe.forward_backward()
+    grads = exe.grads()
+    tiny = np.finfo(np.float32).tiny
+    classes = net.layer_specs()[-1]["in_shapes"][0][0]
+    assert exe.output() > 0.5 * math.log(classes), exe.output()  # a memorized batch: about 0
+    assert float(np.abs(grads).max()) > 0.01 * grad0
+    assert not np.any((grads != 0) & (np.abs(grads) < tiny))
 
 
 @requires_gpu

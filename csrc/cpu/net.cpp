@@ -120,7 +120,8 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, mak
   momentum_.assign(param_count_, 0.f);
   for (std::size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->bind_params(params_.data() + param_offset_[l], grads_.data() + param_offset_[l]);
-  labels_ = test_labels(batch, numel(specs.back().in_shapes.at(0)));
+  classes_ = numel(specs.back().in_shapes.at(0));
+  labels_ = test_labels(batch, classes_);
   for (auto& layer : layers_) layer->set_labels(labels_.data());
   std::vector<float*> outputs, output_grads;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -186,6 +187,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     loader.next();  // this iteration's batch (read while the previous one computed, when prefetching)
     trace.io_wait_end = us_since(t0);
     std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
+    advance_labels(labels_.data(), static_cast<int>(labels_.size()), classes_);  // a new batch's labels
     trace.h2d_end = us_since(t0);
     forward([&](int l) { trace.layer_forward_end[l] = us_since(t0); });
     trace.forward_end = trace.layer_forward_end.back();

@@ -65,7 +65,8 @@ class Net : public LayerGraph<float> {
  private:
   std::vector<std::vector<float>> act_, act_grad_;
   std::vector<float> data_, staging_;     // the input batch, and the host batch it is copied from
-  std::vector<int32_t> labels_;
+  std::vector<int32_t> labels_;  // advanced every iteration (advance_labels)
+  int64_t classes_ = 1;
   std::vector<float> params_, grads_, momentum_;
 };
 

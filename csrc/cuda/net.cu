@@ -60,9 +60,13 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, mak
                              cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemsetAsync(grads_->data(), 0, grads_->nbytes(), s));
   CUDA_CHECK(cudaMemsetAsync(momentum_->data(), 0, momentum_->nbytes(), s));
-  const auto labels = test_labels(batch, numel(specs.back().in_shapes.at(0)));
+  classes_ = numel(specs.back().in_shapes.at(0));
+  const auto labels = test_labels(batch, classes_);
+  label_count_ = static_cast<int>(labels.size());
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&labels_host_), labels.size() * sizeof(int32_t)));
+  std::copy(labels.begin(), labels.end(), labels_host_);
   labels_ = std::make_unique<DeviceBuffer>(labels.size() * sizeof(int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels.data(), labels.size() * sizeof(int32_t),
+  CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels_host_, labels.size() * sizeof(int32_t),
                              cudaMemcpyHostToDevice, s));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     auto* p = static_cast<float*>(params_->data()) + param_offset_[l];
@@ -77,12 +81,13 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, mak
   }
   place(data_->data(), std::move(outputs), std::move(output_grads));
   CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaStreamSynchronize(s));  // host_params and labels leave scope after this
+  CUDA_CHECK(cudaStreamSynchronize(s));  // host_params leaves scope after this
 }
 
 Net::~Net() {
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
   if (staging_) cudaFreeHost(staging_);
+  if (labels_host_) cudaFreeHost(labels_host_);
 }
 
 void Net::zero_act_grads() {
@@ -228,6 +233,10 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     loader.next();
     io_wait_us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
+    // A new batch's labels (advance_labels); the last copy of them ended with the last iteration.
+    advance_labels(labels_host_, label_count_, classes_);
+    CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels_host_, label_count_ * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaEventRecord(ev.h2d(), s));
     forward([&](int l) { CUDA_CHECK(cudaEventRecord(ev.forward(l), s)); });
     zero_act_grads();

@@ -55,6 +55,9 @@ class Net : public LayerGraph<void> {
   std::vector<std::unique_ptr<DeviceBuffer>> act_, act_grad_;
   std::unique_ptr<DeviceBuffer> data_, params_, grads_, momentum_, labels_;
   float* staging_ = nullptr;  // pinned host copy of the batch (cudaMallocHost)
+  int32_t* labels_host_ = nullptr;  // pinned; advanced every iteration (advance_labels)
+  int label_count_ = 0;
+  int64_t classes_ = 1;
   std::size_t data_bytes_ = 0;
   cudaStream_t comm_stream_ = nullptr;
 };
