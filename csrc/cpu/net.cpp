@@ -222,10 +222,11 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
 std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce,
                                          MPI_Comm comm, IterationTrace* trace, int warmup) {
   const auto ready_at = messages_by_layer(msgs, param_count(), layers());
-  // A buffer of its own: the messages run while backward writes the gradients.
-  std::vector<float> scratch(grads_.size());
-  fill(scratch.data(), scratch.size(), 11);
-  CommThread comm_thread(msgs, allreduce, scratch.data());
+  // On the gradients themselves, as the composed iteration: a message is posted once backward
+  // has written its gradients, and the all-reduce finds them where backward left them (in cache
+  // or not). A scratch buffer of their size would double the memory the round touches. The sums
+  // are overwritten by the next backward.
+  CommThread comm_thread(msgs, allreduce, grads_.data());
   IterationTrace t;
   t.layer_backward_end.assign(layers(), 0.0);
   t.message_ready.assign(msgs.size(), 0.0);

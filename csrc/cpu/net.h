@@ -53,7 +53,7 @@ class Net : public LayerGraph<float> {
                                      bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
                                      IterationTrace* last_trace, double timeout_s = 0);
   // Contention: backward with every message of the plan posted to the communication thread as
-  // its gradients are ready, as WFBP posts them (on a scratch buffer, so no update or I/O), so
+  // its gradients are ready, as WFBP posts them (on the gradients, no update or I/O), so
   // both run side by side; stamps of both in `trace`. Returns the span until both are done, max
   // over ranks.
   std::vector<double> time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce, MPI_Comm comm,

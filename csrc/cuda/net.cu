@@ -275,10 +275,9 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_C
   const auto ready_at = messages_by_layer(msgs, param_count_, layers());
   const cudaStream_t s = context().stream;
   ncclComm_t nc = nccl_comm(comm);
-  // A buffer of its own: the messages run while backward writes the gradients.
-  auto scratch = floats(param_count_);
-  fill(scratch->data(), param_count_, DType::f32, 11);
-  auto* g = static_cast<float*>(scratch->data());
+  // On the gradients themselves, as the composed iteration (each message enqueued after the
+  // backward that writes them); the sums are overwritten by the next backward.
+  auto* g = static_cast<float*>(grads_->data());
   const IterationEvents ev(layers(), msgs.size());
   std::vector<double> sample(1);
   for (int it = 0; it <= warmup; ++it) {  // warm-up rounds first, as the composed iteration's

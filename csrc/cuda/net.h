@@ -37,7 +37,7 @@ class Net : public LayerGraph<void> {
                                      const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
                                      MPI_Comm comm, IterationTrace* last_trace, double timeout_s = 0);
   // Contention: backward with every message of the plan enqueued on the communication stream as
-  // its gradients are ready, as WFBP enqueues them (on a scratch buffer), so both run side by
+  // its gradients are ready, as WFBP enqueues them (on the gradients), so both run side by
   // side; stamps of both in `trace`. Returns the span until both are done (host clock), max over
   // ranks.
   std::vector<double> time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace,
