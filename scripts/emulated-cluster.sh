@@ -6,14 +6,17 @@
 # netmod) and to see each namespace's ranks as one node (cliques).
 #
 #   scripts/emulated-cluster.sh [--nodes 2] [--per-node 1] [--rate 1gbit] [--delay 1ms] \
-#       [--mpiexec PATH] [--keep-env] -- COMMAND [ARGS...]
+#       [--mpiexec PATH] [--busy-poll] -- COMMAND [ARGS...]
 #
 # Needs root, iproute2 (ip, tc) and the mpich wheel's mpiexec (default: the mpiexec beside the
 # python3 on PATH, else `mpiexec`). Everything it creates (namespaces, and with them the veths,
 # the bridge and the qdiscs) is named gdl<pid>..., and removed when it exits, also on failure or
 # interrupt. Addresses: 10.213.0.<node+1>/24, only inside the namespaces it made. The ranks of a
 # node share the machine's cores with the other nodes' ranks: with more ranks than cores the
-# layout is oversubscribed (say so next to any figure). Exit status: the command's.
+# layout is oversubscribed (say so next to any figure), and MPICH is told to yield the core while
+# it waits (progress throttle, as MPICH's own CI runs oversubscribed): a rank spinning in MPI on
+# a core its peer needs measures the scheduler, not the link. --busy-poll keeps MPICH's default
+# spinning. Exit status: the command's.
 set -euo pipefail
 
 nodes=2
@@ -21,6 +24,7 @@ per_node=1
 rate=1gbit
 delay=""
 mpiexec=""
+busy_poll=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -28,8 +32,9 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift 2 ;;
     --delay) delay=$2; shift 2 ;;
     --mpiexec) mpiexec=$2; shift 2 ;;
+    --busy-poll) busy_poll=1; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "emulated-cluster: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -91,13 +96,22 @@ for ((i = 0; i < nodes; i++)); do
 done
 
 opts=(MPIR_CVAR_NUM_CLIQUES="$nodes" MPIR_CVAR_CLIQUES_BY_BLOCK=1 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp)
+ranks=$((nodes * per_node))
+waiting="busy-polling"
+if [ "$ranks" -gt "$(nproc)" ] && [ "$busy_poll" = 0 ]; then
+  # Measured on 2 x 2 over 2 cores at 1 Gbit/s: the library all-reduce 70 % off the two-level
+  # model while spinning, 15 % with these (benchmarks/RESULTS.md, "Several nodes").
+  opts+=(MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT=1
+         MPIR_CVAR_POLLS_BEFORE_YIELD=1)
+  waiting="MPICH yields while it waits (oversubscribed)"
+fi
 cmd=()
 for ((i = 0; i < nodes; i++)); do
   [ $i -eq 0 ] || cmd+=(":")
   cmd+=(-n "$per_node" env "${opts[@]}" FI_TCP_IFACE="${tag}v$i" ip netns exec "${tag}n$i" "$@")
 done
 echo "emulated-cluster: $nodes nodes x $per_node ranks, inter-node link $rate${delay:+ + $delay delay}" \
-     "(veth + tc tbf), $(nproc) cores for $((nodes * per_node)) ranks" >&2
+     "(veth + tc tbf), $(nproc) cores for $ranks ranks, $waiting" >&2
 # In the background so that a signal to this script is handled at once (bash runs traps only
 # between foreground commands): the trap stops mpiexec, and the EXIT trap removes the namespaces.
 "$mpiexec" "${cmd[@]}" &
