@@ -138,7 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog = f"gdlbench {args.command}"
         check_common(args)
         module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
-        init_mpi(args.mpi_thread_level, least=command_thread_level(module), asked_by="--mpi-thread-level")
+        least = command_thread_level(module)
+        if THREAD_LEVELS.index(least) >= THREAD_LEVELS.index("serialized"):  # a communication thread calls MPI
+            from .env import choose_mpi_wait
+
+            choose_mpi_wait(getattr(args, "threads", None), helper_threads=1)
+        init_mpi(args.mpi_thread_level, least=least, asked_by="--mpi-thread-level")
     except UsageError as exc:  # every rank sees the same argv, so every rank stops here alike
         if _launcher_rank() == 0:
             print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)

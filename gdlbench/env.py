@@ -97,6 +97,56 @@ def default_threads() -> int:
     return max(1, usable_cores() // local_ranks())
 
 
+# MPICH (ch4) spins in every blocking call while it waits. Where a command's threads outnumber the
+# cores (the ranks' compute threads plus each rank's communication thread), a spinning
+# communication thread takes its core from a compute thread, and the peer it waits for is often
+# off its own: measured on 2 ranks x (1 compute + 1 communication thread) on 2 cores, WFBP messages
+# stalled for tens of ms and the composed iteration moved by up to 11 % between runs, where with
+# these it moved by 1-3 % (docs/model.md). They make a waiting call yield its core after a poll
+# that found nothing to do, as Open MPI does by itself when it sees more processes than cores.
+MPICH_YIELD = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1",
+               "MPIR_CVAR_POLLS_BEFORE_YIELD": "1"}
+_wait_policy = "the MPI library's default"
+
+
+def _launcher_count(names: tuple[str, ...]) -> int | None:
+    for var in names:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return None
+
+
+def choose_mpi_wait(threads: int | None, helper_threads: int) -> str:
+    """Before MPI is initialised: under MPICH, when this node's ranks x (`threads` compute threads,
+    default cores // ranks, + `helper_threads` that call MPI) outnumber its cores, set MPICH_YIELD
+    in the environment, unless the caller set MPIR_CVAR_CH4_PROGRESS_THROTTLE (0 keeps spinning).
+    The ranks are the launcher's count (1 without one). Returns how MPI waits, for the report."""
+    global _wait_policy
+    if MPI.Is_initialized() or "MPICH" not in MPI.Get_library_version():
+        return _wait_policy
+    if "MPIR_CVAR_CH4_PROGRESS_THROTTLE" in os.environ:
+        _wait_policy = ("MPICH's progress throttle as the environment sets it (MPIR_CVAR_CH4_PROGRESS_THROTTLE="
+                        f"{os.environ['MPIR_CVAR_CH4_PROGRESS_THROTTLE']})")
+        return _wait_policy
+    world_size = _launcher_count(_LAUNCHER_SIZE_VARS) or 1
+    local = min(world_size, _launcher_count(_LAUNCHER_LOCAL_SIZE_VARS) or world_size)
+    cores = usable_cores()
+    compute = threads if threads else max(1, cores // local)
+    if world_size > 1 and helper_threads > 0 and local * (compute + helper_threads) > cores:
+        os.environ.update(MPICH_YIELD)
+        _wait_policy = (f"MPICH yields while it waits ({local} rank(s) x ({compute} compute + {helper_threads} "
+                        f"communication thread(s)) on {cores} cores; MPIR_CVAR_CH4_PROGRESS_THROTTLE=0 keeps it spinning)")
+    else:
+        _wait_policy = "MPICH spins while it waits (its default)"
+    return _wait_policy
+
+
+def mpi_wait() -> str:
+    """How MPI waits in this run (choose_mpi_wait)."""
+    return _wait_policy
+
+
 def launcher_mismatch() -> str | None:
     """The most common nccl-tests mistake: N processes started, each its own 1-rank MPI world."""
     size = world().Get_size()
@@ -226,6 +276,7 @@ def collect(comm=None) -> dict:
         "world_size": world().Get_size(),
         "mpi_thread_level": init_mpi().level,
         "mpi_thread_level_how": init_mpi().how,
+        "mpi_wait": mpi_wait(),
         "local_ranks": local_ranks(),
         "topology": topology(comm) | {"shape": shape(topology(comm))},
         "default_threads": default_threads(),

@@ -142,17 +142,25 @@ def read_beside(probe: dict, alone: dict) -> float | None:
     return max(0.0, lost) + max(0.0, e - probe["update_end_us"])
 
 
+# A contention round whose messages did (next to) nothing beside backward: the most that round
+# can say is that they ran this much slower (the model then runs them after backward in effect).
+NO_PROGRESS_SLOWDOWN = 1000.0
+
+
 def contention(trace: dict, backward_alone_us: float, message_alone_us: list[float]) -> tuple[float, float] | None:
     """(backward's slowdown, the messages' slowdown) while they ran side by side in a contention
     round (each message posted as its gradients were ready), from that round's stamps and the
-    same work's times alone. None when they hardly overlapped (nothing to measure).
+    same work's times alone. (1, 1) when they hardly overlapped (nothing to price); None when
+    the round cannot be read (no messages, or backward outside the messages took longer than all
+    of backward alone: noise beyond what the rates can carry).
 
     Read the way the model (schedule_shared) runs them: message i occupies the communication
     thread from max(its ready time, message i - 1's end) to its end (a late wake-up of the thread
     is the message's time); while one is in flight, both run at their slowdowns, otherwise each
     at its speed alone. So backward's time without a message beside it did that much of its work,
     the rest it did in the time beside messages; each message's time after backward ended did that
-    much of its work, the rest it did beside backward. With those two rates the model's schedule
+    much of its work, the rest it did beside backward (none of it, where a waiting thread yields
+    its core to backward: then NO_PROGRESS_SLOWDOWN). With those two rates the model's schedule
     ends where the round did."""
     b_end = trace["backward_end_us"]
     ends = trace["message_end_us"]
@@ -169,10 +177,13 @@ def contention(trace: dict, backward_alone_us: float, message_alone_us: list[flo
             continue
         beside += overlap
         comm_done += max(0.0, c - max(0.0, e - max(s, b_end)))
+    if beside < 0.05 * backward_alone_us:
+        return 1.0, 1.0
     backward_done = backward_alone_us - (b_end - beside)
-    if beside < 0.05 * backward_alone_us or backward_done <= 0 or comm_done <= 0:
+    if backward_done <= 0:
         return None
-    return max(1.0, beside / backward_done), max(1.0, beside / comm_done)
+    return (max(1.0, beside / backward_done),
+            min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / max(comm_done, beside / NO_PROGRESS_SLOWDOWN))))
 
 
 @dataclass

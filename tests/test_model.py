@@ -124,7 +124,7 @@ def test_schedule_shared():
 
 
 def test_measured_contention_prices_the_overlap():
-    from gdlbench.iteration import contention
+    from gdlbench.iteration import NO_PROGRESS_SLOWDOWN, contention
 
     # backward alone 100; messages alone 60 (two of 30); side by side backward took 150 and the
     # messages ended at 90 (before backward): backward did 100 - 60 = 40 of its work in 90 us
@@ -152,6 +152,20 @@ def test_measured_contention_prices_the_overlap():
              "message_start_us": [s for s, _ in spans], "message_end_us": [e for _, e in spans]}
         assert contention(t, sum(layer_us), cost_us) == pytest.approx(rates)
     assert contention({"backward_end_us": 80.0, "message_start_us": [], "message_end_us": []}, 70.0, []) is None
+    # posted early but done only after backward (a waiting thread that yields its core to it): the
+    # first message's 40 us after backward cover its 30 alone, so beside backward the messages did
+    # nothing, and backward ran at its speed alone
+    t = {"backward_end_us": 100.0, "message_ready_us": [20.0, 60.0], "message_start_us": [20.0, 140.0],
+         "message_end_us": [140.0, 175.0]}
+    assert contention(t, 100.0, [30.0, 30.0]) == pytest.approx((1.0, NO_PROGRESS_SLOWDOWN))
+    ends, spans = schedule_shared([50, 50], [0, 1], [30, 30], 1.0, NO_PROGRESS_SLOWDOWN)
+    assert ends == [50, 100] and spans[-1][1] == pytest.approx(160, abs=0.1)  # as if sent after backward
+    # posted as backward ends: hardly beside it, nothing to price (not another plan's rates)
+    t = {"backward_end_us": 100.0, "message_ready_us": [98.0], "message_start_us": [98.0], "message_end_us": [130.0]}
+    assert contention(t, 100.0, [30.0]) == (1.0, 1.0)
+    # backward outside the messages slower than all of it alone: the round cannot be read
+    t = {"backward_end_us": 200.0, "message_ready_us": [150.0], "message_start_us": [150.0], "message_end_us": [210.0]}
+    assert contention(t, 100.0, [30.0]) is None
     # measured slowdowns go into the model and through the phases JSON
     ph = replace(PH3, compute_slowdown=1.5, comm_slowdown=1.2)
     assert Phases.from_dict(ph.to_report()).slowdowns() == (1.5, 1.2)

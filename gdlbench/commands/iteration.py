@@ -11,7 +11,7 @@ from ..cli import common_options
 from ..collectives import DEFAULT_TIMEOUT_S
 from ..compare import Compare
 from ..errors import UsageError
-from ..iteration import Iteration, IterationResult, spread_pct
+from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult, spread_pct
 from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 
@@ -123,9 +123,11 @@ def print_result(r: IterationResult, it: Iteration) -> None:
         shared.setdefault(id(pair[0]), []).append(name)
     for names in shared.values():
         cs, ms = r.slowdowns[names[0]]
+        messages = ("made next to no progress beside backward" if ms.median >= NO_PROGRESS_SLOWDOWN / 2
+                    else f"{ms.median:.3f}x slower beside backward")
         console.print(f"contention, measured with the messages of {', '.join(names)} posted as backward produces "
-                      f"them: backward {cs.median:.3f}x slower beside them, the messages {ms.median:.3f}x slower "
-                      f"beside backward (medians of {len(cs.samples_us)} rounds)", markup=False, highlight=False)
+                      f"them: backward {cs.median:.3f}x slower beside them, the messages {messages} (medians of "
+                      f"{len(cs.samples_us)} rounds)", markup=False, highlight=False)
     if "read_beside_us" in r.contention:
         rb = r.contention["read_beside_us"]
         console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
@@ -136,12 +138,16 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                   + ("the compute threads fill every core, so communication and prefetched I/O overlapped with "
                      "compute need the same cores and hide none of their time" if eta == 0 else
                      "overlapped communication and I/O run on resources of their own") + ")", markup=False)
+    if r.world_size > 1 and r.device == "cpu":
+        console.print(f"MPI: {env.mpi_wait()}", markup=False, highlight=False)
     if eta == 0 and r.world_size > 1 and any(run.strategy.overlap == "wfbp" for run in r.runs):
-        console.print("note: the communication thread has no core of its own here, so a WFBP message can stall for "
-                      "tens of ms while both ranks' compute threads hold the cores. The model prices those stalls by "
-                      "their mean in the contention rounds; which messages stall changes from run to run, and so "
-                      "does the composed time (docs/model.md). Fewer --threads per rank, so that the ranks leave a core free, give the messages one.",
-                      markup=False)
+        console.print("note: the communication thread has no core of its own here. "
+                      + ("MPI yields while it waits, so a WFBP message posted during backward mostly waits for "
+                         "backward to end. " if env.mpi_wait().startswith("MPICH yields") else
+                         "A WFBP message can stall for tens of ms while both ranks' compute threads hold the cores, "
+                         "and which messages stall changes from run to run, and so does the composed time. ")
+                      + "The contention rounds price what happens (docs/model.md). Fewer --threads per rank, so that "
+                        "the ranks leave a core free, give the messages one.", markup=False)
     if it.skipped:
         console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
                       markup=False)
