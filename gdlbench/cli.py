@@ -139,10 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_common(args)
         module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
         least = command_thread_level(module)
-        if THREAD_LEVELS.index(least) >= THREAD_LEVELS.index("serialized"):  # a communication thread calls MPI
-            from .env import choose_mpi_wait
+        from .env import choose_mpi_wait
 
-            choose_mpi_wait(getattr(args, "threads", None), helper_threads=1)
+        # serialized or more: the command's communication thread calls MPI beside its compute threads
+        choose_mpi_wait(getattr(args, "threads", None),
+                        helper_threads=int(THREAD_LEVELS.index(least) >= THREAD_LEVELS.index("serialized")))
         init_mpi(args.mpi_thread_level, least=least, asked_by="--mpi-thread-level")
     except UsageError as exc:  # every rank sees the same argv, so every rank stops here alike
         if _launcher_rank() == 0:

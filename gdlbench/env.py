@@ -119,9 +119,10 @@ def _launcher_count(names: tuple[str, ...]) -> int | None:
 
 def choose_mpi_wait(threads: int | None, helper_threads: int) -> str:
     """Before MPI is initialised: under MPICH, when this node's ranks x (`threads` compute threads,
-    default cores // ranks, + `helper_threads` that call MPI) outnumber its cores, set MPICH_YIELD
-    in the environment, unless the caller set MPIR_CVAR_CH4_PROGRESS_THROTTLE (0 keeps spinning).
-    The ranks are the launcher's count (1 without one). Returns how MPI waits, for the report."""
+    default cores // ranks, + `helper_threads` communication threads) outnumber its cores, set
+    MPICH_YIELD in the environment, unless the caller set MPIR_CVAR_CH4_PROGRESS_THROTTLE (0 keeps
+    it spinning). The ranks are the launcher's counts (all on this node where it gives no local
+    count). Returns how MPI waits, for the report (mpi_wait)."""
     global _wait_policy
     if MPI.Is_initialized() or "MPICH" not in MPI.Get_library_version():
         return _wait_policy
@@ -133,10 +134,11 @@ def choose_mpi_wait(threads: int | None, helper_threads: int) -> str:
     local = min(world_size, _launcher_count(_LAUNCHER_LOCAL_SIZE_VARS) or world_size)
     cores = usable_cores()
     compute = threads if threads else max(1, cores // local)
-    if world_size > 1 and helper_threads > 0 and local * (compute + helper_threads) > cores:
+    if world_size > 1 and local * (compute + helper_threads) > cores:
         os.environ.update(MPICH_YIELD)
-        _wait_policy = (f"MPICH yields while it waits ({local} rank(s) x ({compute} compute + {helper_threads} "
-                        f"communication thread(s)) on {cores} cores; MPIR_CVAR_CH4_PROGRESS_THROTTLE=0 keeps it spinning)")
+        helpers = f" + {helper_threads} communication" if helper_threads else ""
+        _wait_policy = (f"MPICH yields while it waits: {local} ranks x {compute + helper_threads} threads ({compute} "
+                        f"compute{helpers}) on {cores} cores (MPIR_CVAR_CH4_PROGRESS_THROTTLE=0 keeps it spinning)")
     else:
         _wait_policy = "MPICH spins while it waits (its default)"
     return _wait_policy

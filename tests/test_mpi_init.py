@@ -144,3 +144,36 @@ def test_checkout_without_an_installed_copy_says_what_to_do(tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install ." in lines[0], p.stderr
     assert os.path.exists(fake / "gdlbench" / "__init__.py")
+
+
+# How MPI waits: MPICH yields where the node's ranks' threads outnumber its cores (gdlbench.env).
+def _iteration_env(tmp_path, threads: int, extra_env: dict | None = None) -> tuple[dict, str]:
+    out = tmp_path / "it.json"
+    cmd = [str(MPIEXEC), "-n", "2", *GDLBENCH_CMD, "iteration", "--net", str(CHECKOUT / "tests/data/convnet.json"),
+           "--strategy", "wfbp", "--iters", "2", "--warmup", "1", "--no-io", "--threads", str(threads),
+           "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**mpi_env(), **(extra_env or {})},
+                       cwd=NEUTRAL_CWD)
+    assert p.returncode == 0, p.stderr
+    return json.loads(out.read_text())["env"], p.stdout
+
+
+def test_mpich_yields_where_the_threads_outnumber_the_cores(tmp_path):
+    cores = len(os.sched_getaffinity(0))
+    env, stdout = _iteration_env(tmp_path, cores)  # 2 ranks x (cores compute + 1 communication thread)
+    if "MPICH" not in env["mpi"]:
+        pytest.skip(f"MPICH's progress throttle only: the MPI library is {env['mpi']}")
+    assert env["mpi_wait"].startswith("MPICH yields") and f"on {cores} cores" in env["mpi_wait"], env["mpi_wait"]
+    assert "MPI: MPICH yields while it waits" in stdout, stdout
+    # a throttle the user set is left as it is, and said so
+    env, _ = _iteration_env(tmp_path, cores, {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "0"})
+    assert "as the environment sets it" in env["mpi_wait"] and "THROTTLE=0" in env["mpi_wait"], env["mpi_wait"]
+
+
+def test_one_rank_spins(tmp_path):
+    out = tmp_path / "a.json"
+    p = run_cli("allreduce", "--size", "8", "-n", "3", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    env = json.loads(out.read_text())["env"]
+    assert env["mpi_wait"] == ("MPICH spins while it waits (its default)" if "MPICH" in env["mpi"]
+                               else "the MPI library's default"), env
