@@ -101,9 +101,9 @@ def default_threads() -> int:
 # cores (the ranks' compute threads plus each rank's communication thread), a spinning
 # communication thread takes its core from a compute thread, and the peer it waits for is often
 # off its own: measured on 2 ranks x (1 compute + 1 communication thread) on 2 cores, WFBP messages
-# stalled for tens of ms and the composed iteration moved by up to 11 % between runs, where with
-# these it moved by 1-3 % (docs/model.md). They make a waiting call yield its core after a poll
-# that found nothing to do, as Open MPI does by itself when it sees more processes than cores.
+# stalled for tens of ms at random and the composed iteration moved by up to 11 % between runs, by
+# up to 6 % with these (docs/model.md). They make a waiting call yield its core after a poll that
+# found nothing to do, as Open MPI does by itself when it sees more processes than cores.
 MPICH_YIELD = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1",
                "MPIR_CVAR_POLLS_BEFORE_YIELD": "1"}
 _wait_policy = "the MPI library's default"

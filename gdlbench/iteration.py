@@ -182,8 +182,7 @@ def contention(trace: dict, backward_alone_us: float, message_alone_us: list[flo
     backward_done = backward_alone_us - (b_end - beside)
     if backward_done <= 0:
         return None
-    return (max(1.0, beside / backward_done),
-            min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / max(comm_done, beside / NO_PROGRESS_SLOWDOWN))))
+    return max(1.0, beside / backward_done), max(1.0, beside / max(comm_done, beside / NO_PROGRESS_SLOWDOWN))
 
 
 @dataclass
