@@ -51,6 +51,7 @@ order (last layer first) with their sizes in bytes, for the communication model.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -410,6 +411,16 @@ def _load_path(path: Path) -> dict:
             return module.spec()
         raise UsageError(f"--net {path}: a Python spec defines SPEC (a dict) or spec()")
     raise UsageError(f"--net {path}: expected a .json or .py network spec")
+
+
+def net_option(text: str) -> str:
+    """argparse type of --net: the text, once it names a network. Checked while the command line
+    is parsed, before MPI starts, so that a bad name is one line from rank 0, not one per rank."""
+    try:
+        load_network(text)
+    except UsageError as exc:  # a ValueError, which argparse would replace with "invalid value"
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--net: ").removeprefix("--net ")) from None
+    return text
 
 
 def load_network(net: str | Path | dict | Network) -> Network:

@@ -147,3 +147,11 @@ def test_the_reported_cases(argv, message):
     assert p.returncode == 2, (p.returncode, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_bad_net_on_two_ranks_is_one_line():
+    # --net is checked while the command line is parsed, before MPI starts: rank 0 alone says it
+    p = run_cli("iteration", "--net", "nosuchnet", nranks=2)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "nosuchnet" in lines[0] and "built in" in lines[0] and "Traceback" not in p.stderr

@@ -12,6 +12,7 @@ from ..collectives import DEFAULT_TIMEOUT_S
 from ..compare import Compare
 from ..errors import UsageError
 from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult, spread_pct
+from ..network import net_option
 from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 
@@ -20,7 +21,7 @@ MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL  # the CLI initialises MPI at this
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--net", default="resnet50", help="a built-in net (gdlbench nets) or a spec file (default resnet50)")
+    p.add_argument("--net", type=net_option, default="resnet50", help="a built-in net (gdlbench nets) or a spec file (default resnet50)")
     p.add_argument("--batch", type=int, help="per-worker batch (default: per net and device; printed)")
     p.add_argument("--strategy", default=DEFAULT_STRATEGIES,
                    help=f"a preset, a comma-separated list, or all (default {DEFAULT_STRATEGIES})")

@@ -7,7 +7,7 @@ import argparse
 
 from .. import env
 from ..errors import UsageError
-from ..network import builtin_nets, load_network
+from ..network import builtin_nets, load_network, net_option
 from ..report import Column, OutputFile, Report, fmt_float, print_table
 
 
@@ -30,7 +30,7 @@ LAYER_COLUMNS = [
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--net", help="one network: a built-in name or a path to a .json/.py spec")
+    p.add_argument("--net", type=net_option, help="one network: a built-in name or a path to a .json/.py spec")
     p.add_argument("--layers", action="store_true", help="with --net: print its per-layer table")
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")

@@ -26,7 +26,7 @@ from ..model import (
     predict_iteration,
     predict_scaling,
 )
-from ..network import Network, load_network
+from ..network import Network, load_network, net_option
 from ..paths import read_json
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
 from ..strategies import Strategy, get_strategies
@@ -50,7 +50,7 @@ COLUMNS = [
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--net", help="network: a built-in name or a .json/.py spec (default: the phases' net)")
+    p.add_argument("--net", type=net_option, help="network: a built-in name or a .json/.py spec (default: the phases' net)")
     p.add_argument("--workers", help=f"worker counts N (default {DEFAULT_WORKERS}; with --nodes: 1, G, 2G, "
                                      "4G, ... up to the cluster)")
     p.add_argument("--strategy", default="all",
