@@ -73,15 +73,22 @@ def shape(t: dict) -> str:
     return f"{nodes} of {t['min_ranks_per_node']}-{t['max_ranks_per_node']} ranks"
 
 
+def _launcher_count(names: tuple[str, ...]) -> int | None:
+    """The first of these launcher variables that holds a count (None: none does)."""
+    for var in names:
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return None
+
+
 def local_ranks() -> int:
     """Ranks of this job on this node: as the launcher says (hydra, Open MPI, MVAPICH), so that
     one rank may ask alone (a study's rank 0 writing its report); else the node split, a
     collective over COMM_WORLD that every rank must then enter."""
-    size = MPI.COMM_WORLD.Get_size()
-    for var in _LAUNCHER_LOCAL_SIZE_VARS:
-        value = os.environ.get(var, "")
-        if value.isdigit() and 1 <= int(value) <= size:
-            return int(value)
+    local = _launcher_count(_LAUNCHER_LOCAL_SIZE_VARS)
+    if local is not None and local <= MPI.COMM_WORLD.Get_size():
+        return local
     return _node_rank_and_size()[1]
 
 
@@ -107,14 +114,6 @@ def default_threads() -> int:
 MPICH_YIELD = {"MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1", "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1",
                "MPIR_CVAR_POLLS_BEFORE_YIELD": "1"}
 _wait_policy = "the MPI library's default"
-
-
-def _launcher_count(names: tuple[str, ...]) -> int | None:
-    for var in names:
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) >= 1:
-            return int(value)
-    return None
 
 
 def choose_mpi_wait(threads: int | None, helper_threads: int) -> str:
@@ -147,6 +146,11 @@ def choose_mpi_wait(threads: int | None, helper_threads: int) -> str:
 def mpi_wait() -> str:
     """How MPI waits in this run (choose_mpi_wait)."""
     return _wait_policy
+
+
+def mpich_yields() -> bool:
+    """MPICH's progress throttle is on (choose_mpi_wait set it, or the environment did)."""
+    return os.environ.get("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "0").strip() not in ("", "0")
 
 
 def launcher_mismatch() -> str | None:

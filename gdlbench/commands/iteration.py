@@ -144,7 +144,7 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     if eta == 0 and r.world_size > 1 and any(run.strategy.overlap == "wfbp" for run in r.runs):
         console.print("note: the communication thread has no core of its own here. "
                       + ("MPI yields while it waits, so a WFBP message posted during backward mostly waits for "
-                         "backward to end. " if env.mpi_wait().startswith("MPICH yields") else
+                         "backward to end. " if env.mpich_yields() else
                          "A WFBP message can stall for tens of ms while both ranks' compute threads hold the cores, "
                          "and which messages stall changes from run to run, and so does the composed time. ")
                       + "The contention rounds price what happens (docs/model.md). Fewer --threads per rank, so that "
