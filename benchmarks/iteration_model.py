@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from gdlbench.collectives import fit_sweep_for_messages
 from gdlbench.iteration import default_batch
 from gdlbench.network import load_network
 from gdlbench.strategies import get_strategies
@@ -153,9 +154,9 @@ def main() -> None:
         mpi = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "gdlbench")]
         threads = args.threads or max(1, 2 // ranks)
         fit_json = out / f"fit-{ranks}.json"
-        if ranks > 1:
-            # up to 256M: AlexNet sends a 151 MB gradient (fc6); ps with P = N as the presets run it
-            run(mpi + ["allreduce", "-b", "4K", "-e", "256M", "-f", "4", "--algo", "library,ring,rd,tree,ps",
+        if ranks > 1:  # ps with P = N as the presets run it; in place, from memory, up to the whole gradient
+            largest = max(load_network(net).param_bytes() for net in nets)
+            run(mpi + ["allreduce", *fit_sweep_for_messages(largest), "--algo", "library,ring,rd,tree,ps",
                        "--servers", str(ranks), "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
         for net in nets:
             batch = given[net] if args.batch else max(1, given[net] // ranks)

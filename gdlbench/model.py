@@ -190,8 +190,9 @@ def _find_fit(doc: Any, algo: str | None, source: str) -> Any:
         fit = doc.get("fit")
     if fit is None:
         raise UsageError(f"{source}: no summary.fit (run `gdlbench allreduce` with its fit, or give --alpha/--beta)")
-    if isinstance(fit, list):
-        fit = {str(f.get("algo", i)): f for i, f in enumerate(fit) if isinstance(f, dict)}
+    if isinstance(fit, list):  # one per algorithm: the in-place fit where both modes ran (as gradients are reduced)
+        items = sorted((f for f in fit if isinstance(f, dict)), key=lambda f: f.get("inplace") is True)
+        fit = {str(f.get("algo", i)): f for i, f in enumerate(items)}
     if not isinstance(fit, dict):
         raise UsageError(f"{source}: summary.fit is not an object")
     if "alpha_us" in fit or "alpha_s" in fit:

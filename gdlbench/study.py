@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, env
+from .collectives import fit_sweep_for_messages
 from .errors import UsageError
 from .iteration import default_batch
 from .network import load_network
@@ -202,10 +203,13 @@ def plan_cells(cfg: Config) -> list[Cell]:
     strategies = get_strategies(",".join(cfg.strategies))
     if cfg.world_size > 1:
         algos = ["library"] + (["ps"] if any(s.collective == "ps" for s in strategies) else [])
-        sizes = ["-b", "4K", "-e", "16M", "-f", "16"] if cfg.quick else ["-b", "4K", "-e", "256M", "-f", "4"]
+        # the largest message: the whole gradient, which some strategies send at once
+        largest = max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)
+        sizes = (fit_sweep_for_messages(0, factor=16, least=16 << 20) if cfg.quick
+                 else fit_sweep_for_messages(largest))
         cells.append(Cell("allreduce-fit", "fit",
                           ["allreduce", *sizes, "--algo", ",".join(algos), "--servers", str(cfg.world_size),
-                           "--fit", "--mode", "out", "-c", "1", "-n", "3" if cfg.quick else "10",
+                           "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",
                            "-w", "1" if cfg.quick else "2", "--json", "cells/allreduce-fit.json"],
                           weight=20.0 if cfg.quick else 60.0))
     values = "4M" if cfg.quick else "16M"

@@ -287,6 +287,16 @@ def test_sweep_sizes_like_nccl_tests():
     assert sweep_sizes(_ns(size="8,4K,100MB")) == [8, 4096, 100_000_000]
 
 
+@pytest.mark.parametrize("largest", [0, 1, 151 << 20, 256 << 20, (256 << 20) + 1, 553_430_176])
+def test_fit_sweep_for_messages_reaches_the_largest_message(largest):
+    argv = C.fit_sweep_for_messages(largest)
+    opts = dict(zip(argv[::2], argv[1::2], strict=True))
+    assert opts["--mode"] == "in" and opts["--rotate"] == opts["-e"]  # in place, each size from memory
+    sizes = sweep_sizes(_ns(min_bytes=opts["-b"], max_bytes=opts["-e"], step_factor=float(opts["-f"])))
+    assert sizes[-1] >= max(largest, 256 << 20) > sizes[-2]  # no message beyond the sweep, no size more
+    assert sizes[-1] == int(opts["-e"])
+
+
 @settings(max_examples=200, deadline=None)
 @given(lo=st.text(max_size=8), hi=st.text(max_size=8), f=st.floats(allow_nan=True))
 @example(lo="20", hi="20", f=8.98846567431158e306)  # 20 x f overflows to inf: once an OverflowError

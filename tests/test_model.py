@@ -317,6 +317,10 @@ def test_comm_model_loader_shapes(tmp_path):
     other = CommModel.from_dict({"fit": {"butterfly": {"alpha_us": 1, "beta_us_per_byte": 1e-4}}})
     assert other.formula == "ring" and "ring" in other.note
     assert CommModel.from_dict(replace(cm, source="x")).alpha_us == 3.0  # an object with to_dict()
+    both_modes = [{"algo": "ps", "inplace": True, "alpha_us": 2, "beta_us_per_byte": 1e-4},
+                  {"algo": "ps", "inplace": False, "alpha_us": 9, "beta_us_per_byte": 1e-4}]
+    for order in (both_modes, both_modes[::-1]):  # in place, as the gradients are reduced, whatever the order
+        assert CommModel.from_dict({"summary": {"fit": order}}, "ps").alpha_us == 2
     with pytest.raises(UsageError, match="no fit for algorithm"):
         load_comm_model(path, "tree")
     with pytest.raises(UsageError, match="several fits"):

@@ -163,6 +163,20 @@ def test_several_nodes_price_the_scales_with_the_two_level_fit():
     assert _comm_argv(one_node, wfbp)[:2] == ["--from", "cells/allreduce-fit.json"]
 
 
+def test_the_fit_covers_every_message_in_place_from_memory():
+    from gdlbench.study import Config, plan_cells
+
+    def fit_args(nets: list[str], quick: bool) -> dict[str, str]:
+        cfg = Config(nets, ["wfbp"], {n: 1 for n in nets}, [1, 2], [2], 2, "cpu", 1, 0, None, quick)
+        argv = next(c for c in plan_cells(cfg) if c.name == "allreduce-fit").argv
+        return {opt: argv[argv.index(opt) + 1] for opt in ("-e", "--rotate", "--mode")}
+
+    full = fit_args(["alexnet", "vgg16"], quick=False)  # VGG-16's whole gradient: 553 MB
+    assert (full["-e"], full["--rotate"], full["--mode"]) == (str(1 << 30), str(1 << 30), "in")
+    assert fit_args(["resnet50"], quick=False)["-e"] == str(256 << 20)
+    assert fit_args(["vgg16"], quick=True)["-e"] == str(16 << 20)  # quick: small and fast, as before
+
+
 def test_report_renders_in_headless_chromium(study_dir, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
