@@ -17,16 +17,19 @@ import tempfile
 from gdlbench import env
 from gdlbench._native import _core
 from gdlbench.iteration import Iteration, phase_times, read_beside
+from gdlbench.network import net_option
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--net", default="alexnet")
+    ap.add_argument("--net", type=net_option, default="alexnet")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--io-dir", default=None, help="the JPEG dataset (default: a temporary one)")
     args = ap.parse_args()
+    if args.batch < 1 or args.rounds < 1 or args.threads < 1:
+        ap.error("--batch, --rounds and --threads must be >= 1")
     with tempfile.TemporaryDirectory() as tmp:
         it = Iteration(args.net, batch=args.batch, strategy="serial", iters=1, threads=args.threads,
                        io_dir=args.io_dir or tmp)

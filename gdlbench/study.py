@@ -203,10 +203,9 @@ def plan_cells(cfg: Config) -> list[Cell]:
     strategies = get_strategies(",".join(cfg.strategies))
     if cfg.world_size > 1:
         algos = ["library"] + (["ps"] if any(s.collective == "ps" for s in strategies) else [])
-        # the largest message: the whole gradient, which some strategies send at once
-        largest = max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)
+        # up to the largest message: a whole gradient, which some strategies send at once
         sizes = (fit_sweep_for_messages(0, factor=16, least=16 << 20) if cfg.quick
-                 else fit_sweep_for_messages(largest))
+                 else fit_sweep_for_messages(max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)))
         cells.append(Cell("allreduce-fit", "fit",
                           ["allreduce", *sizes, "--algo", ",".join(algos), "--servers", str(cfg.world_size),
                            "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",
