@@ -1,7 +1,8 @@
 """Diagnostic for the model's read-beside price (issue 11): is the read on the prefetch thread
 probed in the state the composed iteration runs it in? On one rank, per round and alternating:
-the isolated iteration (read in line), the probe as `gdlbench iteration` runs it (no warm-up),
-and the same probe after one warm-up iteration (as every composed iteration runs). Prints, per
+the isolated iteration (read in line), the probe without a warm-up (as `gdlbench iteration` ran it
+before 2026-12-05's fix) and the same probe after one warm-up iteration (as every composed
+iteration runs, and `iteration` now probes). Prints, per
 kind, the medians of forward's time, what it took beyond the same round's isolated forward, the
 read's span and iteration.read_beside's estimate of the compute the read cost.
 
@@ -44,8 +45,8 @@ def main() -> None:
             return net.time_iteration([], False, "library", 1, comm, reader.read_next, prefetch, warmup, 1)[1]
 
         run(False, 1)
-        kinds = {"isolated round (read in line)": [], "probe, no warm-up (as iteration measures it)": [],
-                 "probe after a warm-up iteration (the composed state)": []}
+        kinds = {"isolated round (read in line)": [], "probe, no warm-up": [],
+                 "probe after a warm-up (as iteration measures it)": []}
         for _ in range(args.rounds):
             iso = run(False, 0)
             traces = (iso, run(True, 0), run(True, 1))

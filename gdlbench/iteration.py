@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -114,32 +115,26 @@ def layer_times(trace: dict) -> tuple[list[float], list[float]]:
     return fwd, bwd
 
 
-def compute_spans(trace: dict) -> list[tuple[float, float]]:
-    """The compute thread's work in one traced iteration, in the order it ran (the trace's spans
-    of the copy, each layer's forward, zeroing the activation gradients, each layer's backward,
-    the update)."""
-    from .trace import iteration_spans
-
-    names = [""] * len(trace["layer_forward_end_us"])
-    return [(sp["start_us"], sp["end_us"]) for sp in iteration_spans(trace, names, [[]] * len(trace["message_start_us"]))
-            if sp["lane"] in ("h2d", "forward", "backward", "update")]
+# The compute thread's passes, each (phase_times' name, the trace stamps it runs between).
+PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "forward_end_us"),
+          ("backward", "forward_end_us", "backward_end_us"), ("update", "comm_end_us", "update_end_us"))
 
 
 def read_beside(probe: dict, alone: dict) -> float | None:
-    """What a read on the prefetch thread costs the compute beside it (us): over the read's span
-    in `probe` (an iteration that prefetched its next batch, without messages), the time the
-    compute thread took beyond what the same work took in `alone` (the isolated round), pro rata
-    per span, plus any part of the read after the iteration's end (the next one waits for it).
-    None when the probe read nothing."""
+    """What a read on the prefetch thread costs the compute beside it (us): in `probe` (an
+    iteration that prefetched its next batch, without messages), the time each pass the read
+    overlapped (copy, forward, backward, update) took beyond the same pass in `alone` (the
+    isolated round before it), plus any part of the read after the iteration's end (the next one
+    waits for it). Whole passes, not the read's span: the loss outlasts the read (the caches it
+    evicted refill in the layers after it). Signed, so that noise falls on both sides of the
+    rounds' median. None when the probe read nothing."""
     s, e = probe["io_start_us"], probe["io_end_us"]
     if not probe["io_prefetch"] or e <= s:
         return None
-    lost = 0.0
-    for (ps, pe), (a_s, a_e) in zip(compute_spans(probe), compute_spans(alone), strict=True):
-        inside = min(pe, e) - max(ps, s)
-        if inside > 0 and pe > ps:
-            lost += inside * (1.0 - (a_e - a_s) / (pe - ps))
-    return max(0.0, lost) + max(0.0, e - probe["update_end_us"])
+    took, took_alone = phase_times(probe), phase_times(alone)
+    lost = sum(took[name] - took_alone[name] for name, start, end in PASSES
+               if min(e, probe[end]) > max(s, probe[start]))
+    return lost + max(0.0, e - probe["update_end_us"])
 
 
 # A contention round whose messages did (next to) nothing beside backward: the most that round
@@ -253,8 +248,10 @@ class IterationResult:
     contention: dict[str, Measurement] = field(default_factory=dict)
     # per strategy that overlaps messages with backward, per round: (backward's, the messages'
     # slowdown) from the contention round of its own messages (strategies sending the same
-    # messages share one)
+    # messages share one), the pair of the rank the iteration waits for
     slowdowns: dict[str, tuple[Measurement, Measurement]] = field(default_factory=dict)
+    # per strategy in slowdowns: the round whose pair the model prices with (its prediction the median)
+    slowdown_round: dict[str, int] = field(default_factory=dict)
     isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
 
     @property
@@ -319,8 +316,9 @@ class IterationResult:
     def phases_model(self) -> Phases:
         """The isolated phases as the model reads them."""
         p = self.phases
-        slow = {k: m.median for k, m in self.contention.items()}
-        by_strategy = {name: (c.median, m.median) for name, (c, m) in self.slowdowns.items()}
+        slow = {k: max(0.0, m.median) for k, m in self.contention.items()}  # signed samples
+        by_strategy = {name: (c.samples_us[self.slowdown_round[name]], m.samples_us[self.slowdown_round[name]])
+                       for name, (c, m) in self.slowdowns.items()}
         first = next(iter(by_strategy.values()), (None, None))
         return Phases(batch=self.batch, forward_us=p["forward"].median, backward_us=p["backward"].median,
                       io_us=p["io"].median if "io" in p else 0.0, h2d_us=p["h2d"].median,
@@ -362,6 +360,27 @@ def spread_pct(m: Measurement) -> float:
 def _median_index(values: list[float]) -> int:
     order = sorted(range(len(values)), key=values.__getitem__)
     return order[(len(order) - 1) // 2]
+
+
+def median_round_pair(rounds: list[list[tuple[float, float]]],
+                      price: Callable[[tuple[float, float]], float]) -> tuple[list[tuple[float, float]], int]:
+    """Of the contention rounds' (backward, messages) slowdowns, per round per rank: per round the
+    pair of the rank the iteration would wait for (the highest price), and the round whose price
+    is the median. A round's two rates belong together: they reproduce that round's end, where
+    two medians taken apart need not."""
+    pairs = [max(ranks, key=price) for ranks in rounds]
+    return pairs, _median_index([price(p) for p in pairs])
+
+
+def price_as_executed(net: Network, phases: Phases, strategy: Strategy, world: int, costs: list[float],
+                      pair: tuple[float, float] | None) -> Prediction:
+    """The model's prediction of `strategy` as the executor runs it (each parameter-server
+    message one push+pull call) from the measured messages' costs, backward and its messages
+    at the slowdowns `pair` (None: the phases' own)."""
+    if pair is not None:
+        phases = replace(phases, strategy_slowdowns={strategy.name: pair})
+    executed = replace(strategy, ps_pull="with_push")
+    return predict_iteration(net, phases, None, executed, world, message_costs_us=costs)
 
 
 def slowest(ranks: list[dict]) -> dict:
@@ -464,7 +483,7 @@ class Iteration:
 
         iso_traces: list[list[dict]] = []
         msg_samples: dict[tuple, list[list[float]]] = {k: [] for k in message_sets}
-        slowdowns: dict[tuple, list[tuple[float, float]]] = {k: [] for k in contend}
+        slowdowns: dict[tuple, list[list[tuple[float, float]]]] = {k: [] for k in contend}  # per round, per rank
         read_costs: list[float] = []
         composed: list[list[tuple[float, list[dict]]]] = [[] for _ in plans]
 
@@ -480,9 +499,9 @@ class Iteration:
                           + ", messages alone" + (", contention" if contend else "")
                           + f", then {len(plans)} composed iteration(s)")
             isolated(self.warmup if r == 0 else 0)
-            if probe_read:  # the isolated round again, its next batch read on the prefetch thread (no
-                # warm-up needed: the read measured is the one started in the timed iteration)
-                _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, True, 0, 1)
+            if probe_read:  # the isolated round again, its next batch read on the prefetch thread, after
+                # one warm-up iteration that prefetches too: the state every composed iteration runs in
+                _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, True, 1, 1)
                 got = self.comm.allgather(read_beside(t, iso_traces[-1][self.comm.Get_rank()]))
                 if all(g is not None for g in got):
                     read_costs.append(max(got))
@@ -501,7 +520,7 @@ class Iteration:
                 mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
                 got = self.comm.allgather(contention(t, mine, alone))
                 if all(g is not None for g in got):
-                    slowdowns[key].append((max(g[0] for g in got), max(g[1] for g in got)))
+                    slowdowns[key].append(got)
             for k, (strategy, mplan, algo, servers) in enumerate(plans):
                 if k > 0:
                     isolated(0)
@@ -534,12 +553,6 @@ class Iteration:
         result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
                                  overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid],
                                  io_threads=(self.io_threads or self.threads) if self.io else None)
-        measured = {key: (Measurement([c for c, _ in got], clock, "backward beside the messages / backward alone"),
-                          Measurement([m for _, m in got], "steady-clock", "messages beside backward / messages alone"))
-                    for key, got in slowdowns.items() if got}
-        for strategy, mplan, algo, servers in plans:
-            if strategy.overlap == "wfbp" and (tuple(mplan.messages), algo, servers) in measured:
-                result.slowdowns[strategy.name] = measured[(tuple(mplan.messages), algo, servers)]
         if read_costs:
             result.contention["read_beside_us"] = Measurement(
                 read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")
@@ -554,15 +567,24 @@ class Iteration:
             inside_rounds = [phase_times(slowest(ranks)) for _, ranks in rounds]
             inside = {ph: Measurement([p[ph] for p in inside_rounds], clock, f"{ph} inside the composed iteration")
                       for ph in inside_rounds[0]}
-            executed = replace(strategy, ps_pull="with_push")  # each message is one push+pull call here
             costs = [m.median for m in msg]
-            pred = predict_iteration(self.net, model_phases, None, executed, world, message_costs_us=costs)
+            priced = partial(price_as_executed, self.net, model_phases, strategy, world, costs)
+            rounds_pairs = slowdowns.get((tuple(mplan.messages), algo, servers)) if strategy.overlap == "wfbp" else None
+            pair = None
+            if rounds_pairs:
+                t_iter = {p: priced(p).t_iter_us for ranks in rounds_pairs for p in ranks}
+                pairs, median_round = median_round_pair(rounds_pairs, t_iter.__getitem__)
+                pair = pairs[median_round]
+                result.slowdowns[strategy.name] = (
+                    Measurement([c for c, _ in pairs], clock, "backward beside the messages / backward alone"),
+                    Measurement([m for _, m in pairs], "steady-clock", "messages beside backward / messages alone"))
+                result.slowdown_round[strategy.name] = median_round
+            pred = priced(pair)
             model_se = isolated.median_se
-            if strategy.name in result.slowdowns:  # the contention rounds' noise, at one sigma either way
+            if pair is not None:  # the contention rounds' noise, at one sigma either way
                 cs, cm = result.slowdowns[strategy.name]
-                moved = [predict_iteration(self.net, replace(model_phases, strategy_slowdowns={strategy.name: (
-                    max(1.0, cs.median + sign * cs.median_se), max(1.0, cm.median + sign * cm.median_se))}),
-                    None, executed, world, message_costs_us=costs).t_iter_us for sign in (1, -1)]
+                moved = [priced((max(1.0, pair[0] + sign * cs.median_se), max(1.0, pair[1] + sign * cm.median_se)))
+                         .t_iter_us for sign in (1, -1)]
                 model_se = math.hypot(model_se, (moved[0] - moved[1]) / 2)
             result.runs.append(StrategyRun(strategy, mplan, msg,
                                            Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),

@@ -193,21 +193,36 @@ def test_measured_contention_prices_the_overlap():
             Phases.from_dict(doc)
 
 
+def test_the_contention_pair_comes_from_one_round():
+    from gdlbench.iteration import median_round_pair
+
+    # per round, per rank: (backward's, the messages' slowdown); priced here as their product
+    rounds = [[(1.2, 4.0), (1.5, 1.0)], [(1.1, 1.1), (1.0, 1.0)], [(2.0, 1.0), (1.9, 1.0)]]
+    pairs, i = median_round_pair(rounds, lambda p: p[0] * p[1])
+    assert pairs == [(1.2, 4.0), (1.1, 1.1), (2.0, 1.0)]  # the slowest rank's pair in each round
+    assert pairs[i] == (2.0, 1.0)  # prices 4.8, 1.21, 2.0: the median round's pair, not (1.2, 1.1)
+    assert median_round_pair([[(1.3, 2.0)]], lambda p: p[0])[1] == 0
+
+
 def test_read_beside_compute_is_measured_and_priced():
-    from gdlbench.iteration import compute_spans, read_beside
+    from gdlbench.iteration import read_beside
 
     # alone: h2d 0-1, forward 1-11 (10), zero 11-12, backward 12-32 (20), update 32-35
     alone = {"io_wait_end_us": 0.0, "h2d_end_us": 1.0, "layer_forward_end_us": [11.0], "zero_end_us": 12.0,
              "layer_backward_end_us": [32.0], "comm_end_us": 32.0, "update_end_us": 35.0, "io_prefetch": False,
              "io_start_us": 0.0, "io_end_us": 0.0, "forward_end_us": 11.0, "backward_end_us": 32.0,
              "message_ready_us": [], "message_start_us": [], "message_end_us": []}
-    assert compute_spans(alone) == [(0.0, 1.0), (1.0, 11.0), (11.0, 12.0), (12.0, 32.0), (32.0, 35.0)]
-    # the read ran 1-16 beside forward, which took 15 instead of 10: a third of its span was lost
+    # the read ran 1-16 beside forward, which took 15 instead of 10
     probe = alone | {"h2d_end_us": 1.0, "layer_forward_end_us": [16.0], "forward_end_us": 16.0, "zero_end_us": 17.0,
                      "backward_end_us": 37.0,
                      "layer_backward_end_us": [37.0], "comm_end_us": 37.0, "update_end_us": 40.0,
                      "io_prefetch": True, "io_start_us": 1.0, "io_end_us": 16.0}
     assert read_beside(probe, alone) == pytest.approx(5.0)
+    # the loss outlasts the read: all of the pass it ran in counts, not only the read's span
+    assert read_beside(probe | {"io_end_us": 3.0}, alone) == pytest.approx(5.0)
+    # signed: a pass that ran faster than alone (noise) counts against the rounds' median
+    assert read_beside(probe | {"io_end_us": 3.0, "layer_forward_end_us": [10.0], "forward_end_us": 10.0},
+                       alone) == pytest.approx(-1.0)
     # a read that outlasts the iteration: the next iteration waits for the rest
     assert read_beside(probe | {"io_end_us": 45.0}, alone) == pytest.approx(5.0 + 5.0)
     assert read_beside(alone, alone) is None

@@ -119,16 +119,15 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                  for name, table in r.phase_table().items()],
                 caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; comm: the sum of the "
                         "messages' times (alone: each message alone)")
-    shared: dict[int, list[str]] = {}  # strategies whose contention was measured with the same messages
-    for name, pair in r.slowdowns.items():
-        shared.setdefault(id(pair[0]), []).append(name)
-    for names in shared.values():
-        cs, ms = r.slowdowns[names[0]]
-        messages = ("made next to no progress beside backward" if ms.median >= NO_PROGRESS_SLOWDOWN / 2
-                    else f"{ms.median:.3f}x slower beside backward")
+    shared: dict[tuple, list[str]] = {}  # strategies whose contention was measured with the same messages
+    for name, (cs, ms) in r.slowdowns.items():
+        shared.setdefault((cs.samples_us, ms.samples_us, r.slowdown_round[name]), []).append(name)
+    for (cs, ms, i), names in shared.items():
+        messages = ("made next to no progress beside backward" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
+                    else f"{ms[i]:.3f}x slower beside backward")
         console.print(f"contention, measured with the messages of {', '.join(names)} posted as backward produces "
-                      f"them: backward {cs.median:.3f}x slower beside them, the messages {messages} (medians of "
-                      f"{len(cs.samples_us)} rounds)", markup=False, highlight=False)
+                      f"them: backward {cs[i]:.3f}x slower beside them, the messages {messages} (the pair of the "
+                      f"round whose prediction is the median of {len(cs)} rounds)", markup=False, highlight=False)
     if "read_beside_us" in r.contention:
         rb = r.contention["read_beside_us"]
         console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
