@@ -14,8 +14,8 @@ How it measures, in rounds (A B A B, so that the machine's drift falls on both s
 - A, the isolated round: one iteration without communication, every phase stamped (read, copy,
   each layer's forward, each layer's backward right after its forward, update), as the composed
   iteration runs them, one before every composed iteration of the round; when a strategy
-  prefetches, the read-beside round (the same iteration, its next batch read on the prefetch
-  thread: what the read costs the compute beside it); then
+  prefetches, the read-beside round (the same iteration after a warm-up, its next batch read on
+  the prefetch thread: what the passes beside the read lose, the read's cost to the compute); then
   each message of every plan alone; then, on several ranks, a contention round per plan that
   overlaps messages with backward (forward, then backward with the plan's messages sent beside
   it as WFBP sends them, after --warmup such rounds) that gives the model how much each slows
@@ -24,7 +24,8 @@ How it measures, in rounds (A B A B, so that the machine's drift falls on both s
   prefetches), the messages on a communication thread (during backward for WFBP strategies, after
   it otherwise), then the update; every phase stamped on every rank (the trace).
 A round's composed time is the max over ranks; its phases are the slowest rank's (whose backward
-ended last: the messages wait for it); the model reads the medians over rounds.
+ended last: the messages wait for it); the model reads the medians over rounds, and the
+contention pair of the round whose prediction is the median.
 """
 
 from __future__ import annotations
