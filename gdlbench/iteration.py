@@ -94,16 +94,21 @@ def executed_algo(strategy: Strategy, workers: int) -> tuple[str, int]:
     return strategy.algo or "library", 1
 
 
+# The compute thread's passes, each (phase_times' name, the trace stamps it runs between).
+PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "forward_end_us"),
+          ("backward", "forward_end_us", "backward_end_us"), ("update", "comm_end_us", "update_end_us"))
+
+
 def phase_times(trace: dict) -> dict[str, float]:
     """Each phase's duration (us) in one traced iteration: io (the read, wherever it ran), io_wait
     (what the iteration waited for its batch), h2d, forward, backward (zeroing the activation
     gradients included), comm (the messages' time), comm_exposed (after backward), update."""
     t = trace
-    times = {"io": t["io_end_us"] - t["io_start_us"], "io_wait": t["io_wait_end_us"],
-             "h2d": t["h2d_end_us"] - t["io_wait_end_us"], "forward": t["forward_end_us"] - t["h2d_end_us"],
-             "backward": t["backward_end_us"] - t["forward_end_us"],
+    passes = {name: t[end] - t[start] for name, start, end in PASSES}
+    times = {"io": t["io_end_us"] - t["io_start_us"], "io_wait": t["io_wait_end_us"], "h2d": passes["h2d"],
+             "forward": passes["forward"], "backward": passes["backward"],
              "comm": sum(e - s for s, e in zip(t["message_start_us"], t["message_end_us"], strict=True)),
-             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": t["update_end_us"] - t["comm_end_us"]}
+             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": passes["update"]}
     return {k: max(0.0, v) for k, v in times.items()}
 
 
@@ -114,11 +119,6 @@ def layer_times(trace: dict) -> tuple[list[float], list[float]]:
     fwd = [fwd_end[i] - (fwd_end[i - 1] if i else trace["h2d_end_us"]) for i in range(n)]
     bwd = [bwd_end[i] - (bwd_end[i + 1] if i + 1 < n else trace["zero_end_us"]) for i in range(n)]
     return fwd, bwd
-
-
-# The compute thread's passes, each (phase_times' name, the trace stamps it runs between).
-PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "forward_end_us"),
-          ("backward", "forward_end_us", "backward_end_us"), ("update", "comm_end_us", "update_end_us"))
 
 
 def read_beside(probe: dict, alone: dict) -> float | None:
