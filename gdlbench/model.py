@@ -685,7 +685,9 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     # it longer than the compute it overlaps
     beside = (1 - eta) * t_io if phases.read_beside_us is None else phases.read_beside_us
     io_exposed = max(beside, t_io - compute_span) if strategy.io_prefetch else t_io
-    t_iter = io_exposed + t_h2d + compute_span
+    # the same sum, written so that a read that outlasts compute gives exactly t_io + t_h2d (what-ifs
+    # that change only compute or communication then gain exactly 0, not a rounding error)
+    t_iter = t_h2d + (max(beside + compute_span, t_io) if strategy.io_prefetch else t_io + compute_span)
 
     # Timeline from the start of the iteration.
     tl: list[dict] = []
