@@ -162,11 +162,12 @@ class Cluster:
             return 0.0
         M, G = self.shape(n)
         shape = costmodel.TwoLevelShape(n, M, G, self.links_per_node, servers)
-        (a1, b1), (a2, b2) = self.intra.params(m), self.inter.params(m)
+        terms = costmodel.two_level_terms(algo, shape, m)
+        (a1, b1) = self.intra.params(terms.at_bytes.get(INTRA, m))
+        (a2, b2) = self.inter.params(terms.at_bytes.get(INTER, m))
         g1 = self.intra.gamma_us_per_byte
         g2 = self.inter.gamma_us_per_byte or g1
-        return costmodel.two_level_terms(algo, shape, m).time_us(
-            m, {INTRA: a1, INTER: a2}, {INTRA: b1, INTER: b2}, {INTRA: g1, INTER: g2})
+        return terms.time_us(m, {INTRA: a1, INTER: a2}, {INTRA: b1, INTER: b2}, {INTRA: g1, INTER: g2})
 
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> Cluster:
         """What-if: the inter-node link (the one every algorithm across nodes waits for) with its

@@ -60,6 +60,10 @@ class Terms:
     latency: Mapping[str, float]
     bandwidth: Mapping[str, float]
     reduction: Mapping[str, float] = field(default_factory=dict)
+    # per level, the size of the level's own all-reduce (what its fit measured) that moves what
+    # the algorithm's steps move there: the regime of a piecewise fit is read at that size
+    # (default m). hier's inter-node all-reduce of m/G shards runs in the m/G regime, not m's.
+    at_bytes: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def one_level(cls, a: float, b: float, g: float = 0.0, level: str = LINK) -> Terms:
@@ -100,16 +104,19 @@ class TwoLevelShape:
         return Shape(self.nodes).log2
 
 
-def _levels(intra: tuple[float, float, float], inter: tuple[float, float, float]) -> Terms:
-    """Terms from (A, B, G) inside a node and across nodes."""
+def _levels(intra: tuple[float, float, float], inter: tuple[float, float, float],
+            inter_at: float | None = None) -> Terms:
+    """Terms from (A, B, G) inside a node and across nodes; inter_at: the size of the inter-node
+    all-reduce whose regime prices the inter-node steps (Terms.at_bytes; default m)."""
     return Terms({INTRA: intra[0], INTER: inter[0]}, {INTRA: intra[1], INTER: inter[1]},
-                 {INTRA: intra[2], INTER: inter[2]})
+                 {INTRA: intra[2], INTER: inter[2]}, {} if inter_at is None else {INTER: inter_at})
 
 
 def _ring2(s: TwoLevelShape, m: float) -> Terms:
-    # every one of the flat ring's 2(N-1) steps waits for its slowest hop, the inter-node one
+    # every one of the flat ring's 2(N-1) steps waits for its slowest hop, the inter-node one; a
+    # step moves m/N, as the first (halving) step of an inter-node all-reduce of 2m/N does
     n = s.nranks
-    return _levels((0, 0, 0), (2 * (n - 1), 2 * (n - 1) / n, (n - 1) / n))
+    return _levels((0, 0, 0), (2 * (n - 1), 2 * (n - 1) / n, (n - 1) / n), inter_at=2 * m / n)
 
 
 def _rd2(s: TwoLevelShape, m: float) -> Terms:
@@ -125,7 +132,7 @@ def _tree2(s: TwoLevelShape, m: float) -> Terms:
 def _library2(s: TwoLevelShape, m: float) -> Terms:
     g, mm, n = s.per_node, s.nodes, s.nranks
     return _levels((2 * s.log2_intra, 2 * (g - 1) / g, 0),
-                   (2 * s.log2_inter, 2 * (mm - 1) / mm * s.share / g, (n - 1) / n))
+                   (2 * s.log2_inter, 2 * (mm - 1) / mm * s.share / g, (n - 1) / n), inter_at=m / g)
 
 
 def _hier2(s: TwoLevelShape, m: float) -> Terms:
@@ -134,7 +141,7 @@ def _hier2(s: TwoLevelShape, m: float) -> Terms:
         return _levels((2 * lg, 2 * lg, lg), (2 * lm, 2 * (mm - 1) / mm, (mm - 1) / mm))
     # reduce-scatter inside, the library all-reduce of each m/G shard across, all-gather inside
     return _levels((2 * (g - 1), 2 * (g - 1) / g, (g - 1) / g),
-                   (2 * lm, 2 * (mm - 1) / mm * s.share / g, (mm - 1) / mm / g))
+                   (2 * lm, 2 * (mm - 1) / mm * s.share / g, (mm - 1) / mm / g), inter_at=m / g)
 
 
 def _ps2(s: TwoLevelShape, m: float) -> Terms:

@@ -301,3 +301,22 @@ def test_two_level_counts_price_every_algorithm_as_written_out_by_hand(links):
                 assert math.isclose(c.time_us(algo, m, n), t, rel_tol=1e-12), (algo, n, m)
     with pytest.raises(UsageError, match="two-level"):
         c.time_us("reduce_scatter", 1e6, 8)
+
+
+def test_each_level_is_priced_in_the_regime_of_what_it_moves():
+    """A piecewise fit's regime is read at the size of the level's own all-reduce that moves what
+    the algorithm moves there: hier's and library's inter-node all-reduce of m/G shards, the flat
+    ring's steps of m/N (the halving step of an all-reduce of 2m/N); rd's steps carry all of m."""
+    small, big = (5.0, 1e-3), (700.0, 5e-4)  # (alpha us, beta us/B): a big-message regime from 512 KiB
+    inter = cluster.Link("x", small[0], 1.0, regimes=((0, *small), (512 * 1024, *big)))  # 1 GB/s: small's beta
+    intra = cluster.Link("i", 1.0, 50.0)
+    c = cluster.Cluster(4, intra, inter)
+    n, m, G, M = 8, float(1 << 20), 4, 2
+    b1 = intra.beta_us_per_byte
+    hier = 2 * (G - 1) * 1.0 + 2 * (G - 1) / G * m * b1 + 2 * small[0] + 2 * (M - 1) / M * G * (m / G) * small[1]
+    ring = 2 * (n - 1) * (small[0] + m / n * small[1])  # steps of 128 KiB: the 256 KiB all-reduce's regime
+    rd = 2 * (1.0 + m * b1) + (big[0] + G * m * big[1])
+    for algo, want in (("hier", hier), ("ring", ring), ("rd", rd)):
+        assert math.isclose(c.time_us(algo, m, n), want, rel_tol=1e-12), algo
+    # the same message on one level (all of m through one all-reduce) reads the big regime
+    assert inter.params(m) == big
