@@ -91,7 +91,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     cores = len(os.sched_getaffinity(0))
     print(f"# emulated cluster: {cores} cores; load average before: {os.getloadavg()[0]:.1f}; JSON in {out}\n")
-    table = ["| layout | link | ranks/cores | #wrong (all algos, all sizes) | intra fit err | inter fit err | "
+    table = ["| layout | link | ranks/cores | #wrong (all algos, all sizes) | intra fit err (library / as hier) | "
+             "inter fit err (alone / shared) | "
              "library 2-level / flat | ring 2-level / flat | hier 2-level / flat |",
              "|---|---|---|---|---|---|---|---|---|"]
     for rate in args.rates.split(","):
@@ -107,12 +108,13 @@ def main() -> None:
                 e = errs.get(a)
                 return "-" if not e else f"{pct(e['two_level'])} / {pct(e['flat'])}"
 
-            intra = levels.get("intra")
+            def fit_err(*names: str, levels: dict = levels) -> str:
+                fits = [levels.get(n) for n in names]
+                return " / ".join(pct(f["median_rel_error_64k"]) for f in fits if f) or "n/a (1 rank/node)"
+
             table.append(f"| {layout} | {rate} | {nranks}/{cores}{' (oversubscribed)' if nranks > cores else ''} | "
-                         f"{wrong} ({', '.join(algos)}) | "
-                         f"{pct(intra['median_rel_error_64k']) if intra else 'n/a (1 rank/node)'} | "
-                         f"{pct(levels['inter']['median_rel_error_64k'])} | {cell('library')} | {cell('ring')} | "
-                         f"{cell('hier')} |")
+                         f"{wrong} ({', '.join(algos)}) | {fit_err('intra', 'intra_rsag')} | "
+                         f"{fit_err('inter', 'inter_shared')} | {cell('library')} | {cell('ring')} | {cell('hier')} |")
             print(table[-1], flush=True)
     print("\n" + "\n".join(table))
     print(f"\n(load average after: {os.getloadavg()[0]:.1f})")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import costmodel
-from .costmodel import INTER, INTRA
+from .costmodel import INTER, INTER_SHARED, INTRA, INTRA_RSAG
 from .errors import UsageError
 from .paths import read_json
 
@@ -132,7 +132,9 @@ def link(spec: Any, level: str) -> Link:
 @dataclass(frozen=True)
 class Cluster:
     """Nodes of `per_node` workers; `intra` joins the workers of a node, `inter` the nodes.
-    links_per_node: inter-node links (NICs) per node that its workers share."""
+    links_per_node: inter-node links (NICs) per node that its workers share. `intra_rsag` and
+    `inter_shared`: the same links measured as hier runs them (costmodel.INTRA_RSAG,
+    INTER_SHARED); None (presets, files) prices them from `intra` and from `inter` shared s ways."""
 
     per_node: int
     intra: Link
@@ -142,6 +144,8 @@ class Cluster:
     algo: str = "library"  # for strategies that name none (the executor's default, MPI_Allreduce)
     source: str = ""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    intra_rsag: Link | None = None
+    inter_shared: Link | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.per_node, bool) or not isinstance(self.per_node, int) or self.per_node < 1:
@@ -163,22 +167,32 @@ class Cluster:
         M, G = self.shape(n)
         shape = costmodel.TwoLevelShape(n, M, G, self.links_per_node, servers)
         terms = costmodel.two_level_terms(algo, shape, m)
-        (a1, b1) = self.intra.params(terms.at_bytes.get(INTRA, m))
-        (a2, b2) = self.inter.params(terms.at_bytes.get(INTER, m))
+        # a level measured as it runs, else the plain link (shared s ways where s workers cross at once)
+        links = {INTRA: (self.intra, 1.0), INTER: (self.inter, 1.0),
+                 INTRA_RSAG: (self.intra_rsag, 1.0) if self.intra_rsag else (self.intra, 1.0),
+                 INTER_SHARED: (self.inter_shared, 1.0) if self.inter_shared else (self.inter, shape.share)}
+        alpha, beta = {}, {}
+        for level, (link_, times) in links.items():
+            a, b = link_.params(terms.at_bytes.get(level, m))
+            alpha[level], beta[level] = a, b * times
         g1 = self.intra.gamma_us_per_byte
         g2 = self.inter.gamma_us_per_byte or g1
-        return terms.time_us(m, {INTRA: a1, INTER: a2}, {INTRA: b1, INTER: b2}, {INTRA: g1, INTER: g2})
+        gamma = {INTRA: g1, INTRA_RSAG: g1, INTER: g2, INTER_SHARED: g2}
+        return terms.time_us(m, alpha, beta, gamma)
 
     def scaled(self, bandwidth: float = 1.0, latency: float = 1.0) -> Cluster:
         """What-if: the inter-node link (the one every algorithm across nodes waits for) with its
         bandwidth times `bandwidth` and its latency times `latency`, in every regime."""
-        x = self.inter
-        alpha, _, regimes = costmodel.scale_link(x.alpha_us, x.beta_us_per_byte, x.regimes, bandwidth, latency)
         if bandwidth == 1 and latency == 1:
             return self
-        inter = replace(x, alpha_us=alpha, gbs=x.gbs * bandwidth, regimes=regimes)
+
+        def scale(x: Link) -> Link:
+            alpha, _, regimes = costmodel.scale_link(x.alpha_us, x.beta_us_per_byte, x.regimes, bandwidth, latency)
+            return replace(x, alpha_us=alpha, gbs=x.gbs * bandwidth, regimes=regimes)
+
         note = f"inter-node link scaled: bandwidth x {bandwidth:g}, latency x {latency:g}"
-        return replace(self, inter=inter, notes=(*self.notes, note))
+        return replace(self, inter=scale(self.inter), notes=(*self.notes, note),
+                       inter_shared=None if self.inter_shared is None else scale(self.inter_shared))
 
     # The communication-model interface predict_iteration uses (as model.CommModel).
     @property
@@ -206,13 +220,16 @@ class Cluster:
         return {"algo": self.algo, "formula": costmodel.cost(self.algo).two_level_formula,
                 "per_node": self.per_node, "nodes": self.nodes, "links_per_node": self.links_per_node,
                 "intra": self.intra.to_dict(), "inter": self.inter.to_dict(), "source": self.source,
+                **{k: v.to_dict() for k, v in (("intra_rsag", self.intra_rsag), ("inter_shared", self.inter_shared))
+                   if v is not None},
                 "notes": list(self.notes)}
 
     def describe(self) -> str:
         shape = f"{self.nodes} nodes x {self.per_node}" if self.nodes else f"{self.per_node} per node"
         return (f"{shape}; intra {self.intra.name} ({self.intra.gbs:.3g} GB/s, alpha {self.intra.alpha_us:.3g} us), "
                 f"inter {self.inter.name} ({self.inter.gbs:.3g} GB/s, alpha {self.inter.alpha_us:.3g} us, "
-                f"{self.links_per_node} per node)")
+                f"{self.links_per_node} per node)"
+                + ("; also measured as hier runs them" if self.intra_rsag or self.inter_shared else ""))
 
 
 def one_level_us(algo: str, m: float, n: int, alpha: float, beta: float, gamma: float = 0.0,
@@ -233,7 +250,10 @@ def from_fit_levels(levels: dict, nodes: int, per_node: int, source: str) -> Clu
         intra = Link.from_fit(levels["intra"], "intra", f"{source} (intra-node fit)")
     else:  # never priced: with one worker per node nothing crosses an intra-node link
         intra = Link("none", 0.0, 1e9, source="one rank per node: no intra-node link")
-    return Cluster(per_node, intra, inter, nodes=nodes, source=source)
+    # measured as hier runs them (older reports have neither; with one rank per node they are intra's and inter's)
+    as_run = {key: Link.from_fit(levels[key], key, f"{source} ({key} fit)") if per_node > 1 and
+              isinstance(levels.get(key), dict) else None for key in ("intra_rsag", "inter_shared")}
+    return Cluster(per_node, intra, inter, nodes=nodes, source=source, **as_run)
 
 
 def load_cluster(path: str | Path) -> Cluster:

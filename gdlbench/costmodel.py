@@ -26,6 +26,12 @@ from .errors import UsageError
 
 LINK = "link"  # the one level of a single-level network
 INTRA, INTER = "intra", "inter"  # the levels of a two-level cluster
+# The same two links run another way, each priced by its own measurement where the fit made one
+# (gdlbench.cluster): INTRA_RSAG, the reduce-scatter and all-gather inside every node at once, as
+# hier runs them (else INTRA); INTER_SHARED, every local rank of a node crossing at once, each
+# with its own buffer, as hier's shards and rd's exchanges do (else INTER with its beta times s,
+# the workers sharing a node's link). Counts on INTER_SHARED leave s out: it is in the price.
+INTRA_RSAG, INTER_SHARED = "intra_rsag", "inter_shared"
 HIER_LEADER_BELOW_BYTES = 64 * 1024  # hier's variant switch, as csrc/comm/hier.cpp (kHierLeaderBelowBytes)
 
 
@@ -105,11 +111,13 @@ class TwoLevelShape:
 
 
 def _levels(intra: tuple[float, float, float], inter: tuple[float, float, float],
-            inter_at: float | None = None) -> Terms:
-    """Terms from (A, B, G) inside a node and across nodes; inter_at: the size of the inter-node
-    all-reduce whose regime prices the inter-node steps (Terms.at_bytes; default m)."""
-    return Terms({INTRA: intra[0], INTER: inter[0]}, {INTRA: intra[1], INTER: inter[1]},
-                 {INTRA: intra[2], INTER: inter[2]}, {} if inter_at is None else {INTER: inter_at})
+            inter_at: float | None = None, *, intra_level: str = INTRA, inter_level: str = INTER) -> Terms:
+    """Terms from (A, B, G) inside a node and across nodes (on the levels named); inter_at: the
+    size of the inter-node all-reduce whose regime prices the inter-node steps (Terms.at_bytes;
+    default m)."""
+    a, x = intra_level, inter_level
+    return Terms({a: intra[0], x: inter[0]}, {a: intra[1], x: inter[1]}, {a: intra[2], x: inter[2]},
+                 {} if inter_at is None else {x: inter_at})
 
 
 def _ring2(s: TwoLevelShape, m: float) -> Terms:
@@ -120,8 +128,9 @@ def _ring2(s: TwoLevelShape, m: float) -> Terms:
 
 
 def _rd2(s: TwoLevelShape, m: float) -> Terms:
+    # each step across nodes: every worker of a node exchanges all of m with its partner at once
     lg, lm = s.log2_intra, s.log2_inter
-    return _levels((lg, lg, lg), (lm, lm * s.share, lm))
+    return _levels((lg, lg, lg), (lm, lm, lm), inter_level=INTER_SHARED)
 
 
 def _tree2(s: TwoLevelShape, m: float) -> Terms:
@@ -130,6 +139,10 @@ def _tree2(s: TwoLevelShape, m: float) -> Terms:
 
 
 def _library2(s: TwoLevelShape, m: float) -> Terms:
+    # Priced on INTER, the link alone times s, not INTER_SHARED: on a communicator of several nodes
+    # MPICH crosses from one rank per node (node reduce, the node leaders' all-reduce of m, node
+    # broadcast; forcing MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=smp gave auto's times), and with one
+    # link per node s (m/G) is that leader's m.
     g, mm, n = s.per_node, s.nodes, s.nranks
     return _levels((2 * s.log2_intra, 2 * (g - 1) / g, 0),
                    (2 * s.log2_inter, 2 * (mm - 1) / mm * s.share / g, (n - 1) / n), inter_at=m / g)
@@ -139,9 +152,11 @@ def _hier2(s: TwoLevelShape, m: float) -> Terms:
     g, mm, lg, lm = s.per_node, s.nodes, s.log2_intra, s.log2_inter
     if m < HIER_LEADER_BELOW_BYTES:  # reduce to the leader, the library all-reduce among leaders, broadcast
         return _levels((2 * lg, 2 * lg, lg), (2 * lm, 2 * (mm - 1) / mm, (mm - 1) / mm))
-    # reduce-scatter inside, the library all-reduce of each m/G shard across, all-gather inside
+    # reduce-scatter inside, the library all-reduce of each m/G shard across (every local rank's
+    # at once), all-gather inside
     return _levels((2 * (g - 1), 2 * (g - 1) / g, (g - 1) / g),
-                   (2 * lm, 2 * (mm - 1) / mm * s.share / g, (mm - 1) / mm / g), inter_at=m / g)
+                   (2 * lm, 2 * (mm - 1) / mm / g, (mm - 1) / mm / g), inter_at=m / g,
+                   intra_level=INTRA_RSAG, inter_level=INTER_SHARED)
 
 
 def _ps2(s: TwoLevelShape, m: float) -> Terms:

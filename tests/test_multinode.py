@@ -89,9 +89,10 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     fit = doc["summary"]["fit"]
     assert {f["algo"] for f in fit["whole"]} == {"library", "ring", "hier"}
     levels = fit["levels"]
-    for level, ranks in (("intra", 2), ("inter", 2)):
+    for level, ranks, algo in (("intra", 2, "library"), ("inter", 2, "library"), ("intra_rsag", 2, "hier"),
+                               ("inter_shared", 2, "library")):
         f = levels[level]
-        assert f["ranks"] == ranks and f["wrong"] == 0
+        assert f["ranks"] == ranks and f["wrong"] == 0 and f["algo"] == algo, level
         assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] >= 0 and f["median_rel_error_64k"] is not None
     check = levels["model_check"]
     assert {p["algo"] for p in check["points"]} == {"library", "ring", "hier"}
@@ -101,7 +102,7 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     assert "two-level fit" in p.stdout and "flat error %" in p.stdout
     # the saved report is a cluster for predict
     c = cluster.load_cluster(out)
-    assert c.per_node == 2 and c.nodes == 2
+    assert c.per_node == 2 and c.nodes == 2 and c.intra_rsag is not None and c.inter_shared is not None
     beta = levels["inter"]["beta_us_per_byte"]
     assert math.isclose(c.inter.beta_us_per_byte, beta) if beta > 0 else c.inter.gbs == 1e12
 
@@ -122,6 +123,18 @@ def test_two_level_fit_recovers_both_levels():
     shard = m / 2
     want = (2 * 1 * 3.0 + 2 * 0.5 * m * 1e-4) + (2 * 1 * 40.0 + 2 * 0.5 * 2 * shard * 8e-3)  # s = 2 per link
     assert math.isclose(c.time_us("hier", m, n), want, rel_tol=1e-9)
+    library = c.time_us("library", m, n)
+    # measured as hier runs them, those levels price hier's steps, with the sharing in the measurement
+    levels["intra_rsag"] = C.fit_alpha_beta(sizes, [2 * 5.0 + m * 5e-5 for m in sizes], "hier", 2).to_dict()
+    levels["inter_shared"] = C.fit_alpha_beta(sizes, [2 * 60.0 + m * 1e-2 for m in sizes], "library", 2).to_dict()
+    c = cluster.from_fit_levels(levels, nodes=2, per_node=2, source="test")
+    want = (2 * 5.0 + m * 5e-5) + (2 * 60.0 + shard * 1e-2)  # hier on each node + the shards' all-reduce, at once
+    assert math.isclose(c.time_us("hier", m, n), want, rel_tol=1e-6)
+    assert c.time_us("library", m, n) == library  # MPICH crosses from one rank per node: the link alone
+    assert math.isclose(c.time_us("rd", m, n), (3.0 + m * 1e-4) + (60.0 + m * 1e-2), rel_tol=1e-6)
+    # one rank per node: there is nothing to measure as hier runs it
+    one = cluster.from_fit_levels(levels, nodes=2, per_node=1, source="test")
+    assert one.intra_rsag is None and one.inter_shared is None
 
 
 def test_cluster_model_reduces_to_one_level():

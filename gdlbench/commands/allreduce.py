@@ -336,10 +336,12 @@ def _fit(results, plan, comm):
 def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     """The two-level fit: the same sweep (library all-reduce, first dtype and op, in place if
     asked) on every node's ranks at once (intra), then among the first rank of each node alone
-    (inter: the link with nobody else on it; the model adds the sharing when several ranks of a
-    node cross at once), each fitted on its own; then the whole communicator's rows priced by the
-    two-level model (gdlbench.cluster) beside the flat one-level model (the whole communicator's
-    library fit for every pair of ranks)."""
+    (inter: the link with nobody else on it), each fitted on its own. With several ranks per node,
+    each level also as hier runs it: its reduce-scatter + all-gather inside every node at once
+    (intra_rsag: `--algo hier` on each node), and every local rank's all-reduce across nodes at
+    once (inter_shared: the link shared as hier's shards and rd's exchanges share it). Then the
+    whole communicator's rows priced by the two-level model (gdlbench.cluster) beside the flat
+    one-level model (the whole communicator's library fit for every pair of ranks)."""
     from .. import cluster
 
     node, cross = C._core.level_comms(comm)
@@ -348,29 +350,38 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     mode = True if True in plan["modes"] else plan["modes"][0]
     gamma = next((f.gamma_us_per_byte for f in fits if f.gamma_us_per_byte is not None), None)
     out: dict = {}
-    for level, sub in (("intra", node), ("inter", cross)):
-        active = sub != MPI.COMM_NULL and (level == "intra" or C._core.topology(comm)["local_rank"] == 0)
+    leader = C._core.topology(comm)["local_rank"] == 0
+    several = (topo["min_ranks_per_node"] or 1) > 1
+    sweeps = (("intra", node, "library", True, "every node's ranks at once (MPI_Comm_split_type or --ranks-per-node)"),
+              ("intra_rsag", node, "hier", True, "every node's ranks at once, reduce-scatter + all-gather as hier "
+               "runs them (--algo hier on each node)"),
+              ("inter", cross, "library", leader, "the first rank of every node, the others idle"),
+              ("inter_shared", cross, "library", True, "every local rank's all-reduce across nodes at once, as "
+               "hier's shards cross"))
+    for level, sub, algo, active, measured_on in sweeps:
+        if level in ("intra_rsag", "inter_shared") and not several:
+            continue  # one rank per node: the same as intra's and inter's
+        # hier's reduce-scatter + all-gather run from HIER_LEADER_BELOW_BYTES; below it, its leader variant
+        fit_min = max(plan["fit_min"], costmodel.HIER_LEADER_BELOW_BYTES) if algo == "hier" else plan["fit_min"]
         rows = []
-        if active and sub.Get_size() > 1:
+        if active and sub != MPI.COMM_NULL and sub.Get_size() > 1:
             for size in plan["sizes"]:
-                r = C.run_one("allreduce", size, dtype, op, "library", "mpi", mode, iters=args.iters,
+                r = C.run_one("allreduce", size, dtype, op, algo, "mpi", mode, iters=args.iters,
                               warmup=args.warmup, check=args.check, timeout=args.timeout,
                               rotate_bytes=plan["rotate"], comm=sub)
                 rows.append(r)
-                progress.step(f"{level}-node level: {r.size_bytes} B: {r.time_us:.1f} us")
+                progress.step(f"{level} level: {r.size_bytes} B: {r.time_us:.1f} us")
         comm.Barrier()
         if env.rank() != 0:
             continue
-        if not rows:
+        fitted = C.fit_results(rows, gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
+                               min_bytes=fit_min, regimes=plan["fit_regimes"])
+        if not fitted:  # nothing swept here, or fewer than 2 sizes from the fit's smallest
             out[level] = None
             continue
-        fit = C.fit_results(rows, gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
-                            min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])[0]
-        out[level] = fit.to_dict() | {
-            "ranks": rows[0].nranks,
-            "measured_on": ("every node's ranks at once (MPI_Comm_split_type or --ranks-per-node)" if level == "intra"
-                            else "the first rank of every node, the others idle"),
-            "wrong": sum(r.wrong or 0 for r in rows)}
+        fit = fitted[0]
+        out[level] = fit.to_dict() | {"ranks": rows[0].nranks, "measured_on": measured_on,
+                                      "wrong": sum(r.wrong or 0 for r in rows)}
     if env.rank() != 0:
         return {}
     if not out.get("inter"):
@@ -409,7 +420,7 @@ def _median_errors(points: list[dict]) -> dict:
 
 def _print_levels(levels: dict) -> None:
     rows = []
-    for level in ("intra", "inter"):
+    for level in ("intra", "intra_rsag", "inter", "inter_shared"):
         f = levels.get(level)
         if not f:
             continue
