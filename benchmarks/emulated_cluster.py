@@ -1,8 +1,9 @@
 """The multi-node figures on an emulated cluster (scripts/emulated-cluster.sh; root):
 
 1. per layout (2 x 1, 2 x 2) and inter-node rate: `allreduce --algo all --fit` across the emulated
-   nodes: #wrong of every algorithm, the two-level fit's median error per level (>= 64 KiB), and
-   the two-level model against the flat one-level model on the whole communicator (library, ring,
+   nodes: #wrong of every algorithm, the two-level fit's median error per level (>= 64 KiB; with
+   several ranks per node also each level as hier runs it, intra_rsag and inter_shared), and the
+   two-level model against the flat one-level model on the whole communicator (library, ring,
    hier; median |error| >= 64 KiB);
 2. with --iteration: `iteration --net alexnet --strategy all` on 2 x 1, then `predict --cluster`
    fed that run's phases and the measured two-level fit, per strategy against the composed run.
