@@ -53,7 +53,7 @@ def main() -> None:
         r["intra_hier + inter_all(m/G)"] = r["intra_hier"] + r["inter_all(m/G)"]
         rows.append((m, r))
     if world.Get_rank() == 0:
-        print(f"# {topo['shape']}; us, median of {args.iters} calls, max over ranks; G = {per_node}")
+        print(f"# {topo['nodes']} nodes x {per_node} ranks per node; us, median of {args.iters} calls, max over ranks; G = {per_node}")
         keys = list(rows[0][1])
         print("| size | " + " | ".join(keys) + " |")
         print("|---" * (len(keys) + 1) + "|")
