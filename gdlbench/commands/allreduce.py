@@ -356,6 +356,8 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
               ("intra_rsag", node, "hier", True, "every node's ranks at once, reduce-scatter + all-gather as hier "
                "runs them (--algo hier on each node)"),
               ("inter", cross, "library", leader, "the first rank of every node, the others idle"),
+              # its all-reduces start together (the barrier after the previous level), then each keeps
+              # its own communicator's pace: their overlap drifts over the sweep (docs/model.md)
               ("inter_shared", cross, "library", True, "every local rank's all-reduce across nodes at once, as "
                "hier's shards cross"))
     for level, sub, algo, active, measured_on in sweeps:
