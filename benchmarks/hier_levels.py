@@ -6,7 +6,8 @@ all-reduce beside each level measured several ways, per size, on a multi-node ru
   `intra_rsag` fit);
 - inter_one(x): the library all-reduce of x among the first rank of each node, the others idle
   (the `inter` fit);
-- inter_all(x): the same among every local rank at once, each on its own buffer (`inter_shared`).
+- inter_all(x): the same among every local rank at once, each on its own buffer, every call
+  started together by a barrier on the whole communicator (`inter_shared`).
 
 hier's shard variant is intra_hier(m) + inter_all(m/G) if its steps add up. Run it on the
 emulated cluster (root):
@@ -46,11 +47,16 @@ def main() -> None:
         r = {algo: t(m, algo, world) for algo in ("hier", "library", "ring")}
         r["intra_library"], r["intra_hier"] = t(m, "library", node), t(m, "hier", node)
         shard = m // per_node
-        for who in ("one", "all"):
-            if cross != MPI.COMM_NULL and (who == "all" or local == 0):
-                r[f"inter_{who}(m/G)"], r[f"inter_{who}(m)"] = t(shard, "library", cross), t(m, "library", cross)
-            world.Barrier()
-        r["intra_hier + inter_all(m/G)"] = r["intra_hier"] + r["inter_all(m/G)"]
+        if cross != MPI.COMM_NULL and local == 0:
+            r["inter_one(m/G)"], r["inter_one(m)"] = t(shard, "library", cross), t(m, "library", cross)
+        world.Barrier()
+        for x, key in ((shard, "inter_all(m/G)"), (m, "inter_all(m)")):
+            row = C.run_started_together("allreduce", x, inplace=True, iters=args.iters, warmup=2, comm=cross,
+                                         start_on=world)
+            if row is not None:
+                r[key] = row.time_us
+        if "inter_all(m/G)" in r:  # every rank of the first cross-node communicator (rank 0's)
+            r["intra_hier + inter_all(m/G)"] = r["intra_hier"] + r["inter_all(m/G)"]
         rows.append((m, r))
     if world.Get_rank() == 0:
         print(f"# {topo['nodes']} nodes x {per_node} ranks per node; us, median of {args.iters} calls, max over ranks; G = {per_node}")

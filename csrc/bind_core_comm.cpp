@@ -37,6 +37,17 @@ void bind_comm(py::module_& m) {
   bind_comm_bench(m, "comm_bench", &comm::bench,
                   "Time one MPI collective: per iteration an untimed MPI_Barrier, then the call on the host "
                   "steady clock; then the exact check.");
+  m.def(
+      "comm_bench_started_together",
+      [](py::object comm, const comm::BenchSpec& spec, py::object start_on) {
+        const MPI_Comm c = get_comm(comm), s = get_comm(start_on);
+        py::gil_scoped_release nogil;
+        return comm::bench_started_together(spec, c, s);
+      },
+      py::arg("comm"), py::arg("spec"), py::arg("start_on"),
+      "comm_bench with the untimed barrier on start_on, a communicator over comm's ranks and others, so that "
+      "collectives on its other sub-communicators start every call together; comm MPI.COMM_NULL: the barriers "
+      "only, no samples.");
 
   m.def(
       "allreduce",

@@ -135,6 +135,10 @@ def comm_bench(comm: typing.Any, spec: BenchSpec) -> BenchResult:
     """
     Time one MPI collective: per iteration an untimed MPI_Barrier, then the call on the host steady clock; then the exact check.
     """
+def comm_bench_started_together(comm: typing.Any, spec: BenchSpec, start_on: typing.Any) -> BenchResult:
+    """
+    comm_bench with the untimed barrier on start_on, a communicator over comm's ranks and others, so that collectives on its other sub-communicators start every call together; comm MPI.COMM_NULL: the barriers only, no samples.
+    """
 def comm_serial(comm: typing.Any) -> int:
     """
     A number naming this communicator while it lives, held as an MPI attribute (freed with it): a communicator created later never gets an old one's, even under a reused handle. The NCCL communicators are attached the same way.

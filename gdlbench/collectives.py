@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from . import costmodel, env
-from ._native import _core, _cuda
+from ._native import MPI, _core, _cuda
 from .errors import UsageError
 from .measurement import MAX_ITERS, Measurement, check_timing
 from .units import parse_size
@@ -262,8 +262,30 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
     (MPI only): successive iterations use different buffers spread over that many bytes, as
     nccl-tests does, so that sizes below the cache are not timed from cache."""
-    comm = comm or env.world()
-    nranks = comm.Get_size()
+    res = _run(collective, size_bytes, dtype, op, algo, backend, inplace, iters, warmup, check, servers, root,
+               timeout, rotate_bytes, comm or env.world(), None)
+    assert res is not None  # a member of comm always gets its row
+    return res
+
+
+def run_started_together(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
+                         algo: str = "library", inplace: bool = False, *, iters: int = 20, warmup: int = 5,
+                         check: int = 1, timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm,
+                         start_on) -> CollectiveResult | None:
+    """run_one on MPI with every warm-up and timed call started by a barrier on start_on, a
+    communicator over comm's ranks and others: the same row run at once on the other
+    sub-communicators of start_on starts each call together with this one (as a hierarchical
+    all-reduce's shards cross between nodes). Every rank of start_on calls it with the same
+    arguments; a rank in none of the sub-communicators passes comm=MPI.COMM_NULL and gets None."""
+    return _run(collective, size_bytes, dtype, op, algo, "mpi", inplace, iters, warmup, check, 1, 0, timeout,
+                rotate_bytes, comm, start_on)
+
+
+def _run(collective: str, size_bytes: int, dtype: str, op: str | None, algo: str, backend: str, inplace: bool,
+         iters: int, warmup: int, check: int, servers: int, root: int, timeout: float, rotate_bytes: int, comm,
+         start_on) -> CollectiveResult | None:
+    member = comm != MPI.COMM_NULL
+    nranks = (comm if member else start_on).Get_size()
     k = kind(collective)
     op = op if k.reduces else None
     validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
@@ -274,7 +296,9 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     spec = native.BenchSpec(collective=collective, count=count, dtype=dtype, op=op or "sum", inplace=inplace,
                             algo=algo, root=root, servers=servers, warmup=warmup, iters=iters, check_iters=check,
                             timeout_s=timeout, rotate_bytes=int(rotate_bytes) if backend == "mpi" else 0)
-    res = bench(comm, spec)
+    res = bench(comm, spec) if start_on is None else _core.comm_bench_started_together(comm, spec, start_on)
+    if not member:
+        return None
     meas = Measurement(res.samples_us, "steady-clock", region(backend, (algo,)))
     return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
                             None if res.wrong < 0 else int(res.wrong), root if k.rooted else None,

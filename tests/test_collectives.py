@@ -189,6 +189,37 @@ def test_python_api(nranks):
     assert "api ok" in p.stdout
 
 
+# run_started_together: ranks 0 and 1 time an all-reduce on their own sub-communicator, every call
+# started by a barrier on the whole one; rank 2, in no sub-communicator, joins the barriers only,
+# late by 0.5 s, which must hold the others' first call back (a barrier on the sub-communicator
+# alone would not wait for it).
+TOGETHER_CODE = textwrap.dedent("""
+    import time
+    from gdlbench import collectives as C
+    from gdlbench._native import MPI
+    world = MPI.COMM_WORLD
+    sub = world.Split(0 if world.rank < 2 else MPI.UNDEFINED, world.rank)
+    if world.rank == 2:
+        time.sleep(0.5)
+    t0 = time.monotonic()
+    r = C.run_started_together("allreduce", 1 << 20, algo="ring", inplace=True, iters=4, warmup=2,
+                               comm=sub, start_on=world)
+    waited = time.monotonic() - t0
+    if world.rank == 2:
+        assert r is None
+    else:
+        assert r.nranks == 2 and r.wrong == 0 and len(r.measurement.samples_us) == 4, r
+        assert waited >= 0.4, waited
+    print("together ok", world.rank)
+""")
+
+
+def test_run_started_together_waits_for_the_whole_communicator():
+    p = run_mpi(3, sys.executable, "-c", TOGETHER_CODE)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("together ok") == 3
+
+
 # A rank that dies or hangs mid-sweep: the test's own code makes rank 1 kill or stop itself while
 # the real CLI sweeps; the others must exit non-zero within --timeout (never hang).
 DIE_CODE = textwrap.dedent("""

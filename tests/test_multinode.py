@@ -107,6 +107,20 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     assert math.isclose(c.inter.beta_us_per_byte, beta) if beta > 0 else c.inter.gbs == 1e12
 
 
+def test_two_level_fit_leaves_out_a_level_with_too_few_sizes(tmp_path):
+    """hier's steps are fitted from 64 KiB (below it hier runs its leader variant): a sweep that
+    reaches 64 KiB alone leaves intra_rsag without a fit (null), and the model falls back to the
+    intra fit for it."""
+    out = tmp_path / "f.json"
+    p = run_cli("allreduce", "-b", "1K", "-e", "64K", "-f", "4", "--mode", "in", "-n", "2", "-w", "0", "--fit",
+                "--ranks-per-node", "2", "--json", str(out), nranks=4, timeout=300)
+    assert p.returncode == 0, p.stderr
+    levels = _doc(out)["summary"]["fit"]["levels"]
+    assert levels["intra_rsag"] is None
+    assert all(levels[k] is not None for k in ("intra", "inter", "inter_shared"))
+    assert "intra_rsag" not in levels["model_check"]["cluster"] and "inter_shared" in levels["model_check"]["cluster"]
+
+
 def test_two_level_fit_recovers_both_levels():
     """Each level is fitted on its own sweep: times made from known (alpha, beta) per level come
     back, and the cluster built from them prices hier from both."""

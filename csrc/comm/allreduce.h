@@ -68,6 +68,13 @@ void run_collective(const BenchSpec& spec, const void* sendbuf, void* recvbuf, M
 // written inputs. Buffers are allocated and touched before any timing.
 BenchResult bench(const BenchSpec& spec, MPI_Comm comm);
 
+// bench with the untimed barrier on start_on, a communicator over comm's ranks and others: the
+// same collective run at once on other sub-communicators of start_on (the shards of a
+// hierarchical all-reduce crossing between nodes, say) starts every warm-up and timed call
+// together with this one. Every rank of start_on calls it with the same spec; a rank in none of
+// the sub-communicators passes comm = MPI_COMM_NULL, joins the barriers only and gets no samples.
+BenchResult bench_started_together(const BenchSpec& spec, MPI_Comm comm, MPI_Comm start_on);
+
 // Local reduction speed (the gamma of the cost model): time of inout op= in over count elements.
 std::vector<double> reduce_time(std::size_t count, DType dtype, Op op, int warmup, int iters);
 

@@ -29,12 +29,23 @@ struct HostAccess {
 
 }  // namespace
 
-BenchResult bench(const BenchSpec& spec, MPI_Comm comm) {
+BenchResult bench(const BenchSpec& spec, MPI_Comm comm) { return bench_started_together(spec, comm, comm); }
+
+BenchResult bench_started_together(const BenchSpec& spec, MPI_Comm comm, MPI_Comm start_on) {
+  const Description& d = describe(spec.coll);
+  if (comm == MPI_COMM_NULL) {  // no part in the collective: only in the barriers that start each call
+    gdl::validate(TimingPlan{spec.warmup, spec.iters});
+    Watchdog::Scope watchdog(spec.timeout_s, d.name);
+    for (int i = 0; i < spec.warmup + spec.iters; ++i) {
+      Watchdog::kick();
+      MPI_Barrier(start_on);
+    }
+    return {};
+  }
   int rank = 0, n = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &n);
   validate(spec, n);
-  const Description& d = describe(spec.coll);
   const DType t = spec.dtype;
   const std::size_t es = dtype_size(t);
   const Layout l = d.layout(spec.count, n, rank, spec.root, spec.inplace, InPlaceResult::first_block);
@@ -61,7 +72,7 @@ BenchResult bench(const BenchSpec& spec, MPI_Comm comm) {
   result.samples_us = time_steady(TimingPlan{spec.warmup, spec.iters}, run_once, [&] {
     next_slot();
     Watchdog::kick();
-    MPI_Barrier(comm);
+    MPI_Barrier(start_on);
   });
   slot = slots - 1;
   next_slot();  // the checks use slot 0

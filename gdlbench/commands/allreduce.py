@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from .. import collectives as C
 from .. import costmodel, env
@@ -14,7 +13,6 @@ from .._native import MPI
 from ..cli import common_options, one_line
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..measurement import Measurement
 from ..report import Column, OutputFile, Progress, fmt_float, print_table
 from ..units import SIZE_CONVENTION, format_bytes, parse_size, split_list
 
@@ -371,8 +369,10 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
             # ranks drift apart and overlap only partly (at 1 Gbit/s, 1.1-1.8 x one alone where
             # sharing the link gives 2 x), which is not how hier's shards cross.
             for size in plan["sizes"]:
-                r = _started_together(comm, sub, size, dtype, op, algo, mode, args, plan)
-                if r is not None:
+                r = C.run_started_together("allreduce", size, dtype, op, algo, mode, iters=args.iters,
+                                           warmup=args.warmup, check=args.check, timeout=args.timeout,
+                                           rotate_bytes=plan["rotate"], comm=sub, start_on=comm)
+                if r is not None and r.nranks > 1:
                     rows.append(r)
                     progress.step(f"{level} level: {r.size_bytes} B: {r.time_us:.1f} us")
         elif active and sub != MPI.COMM_NULL and sub.Get_size() > 1:
@@ -414,25 +414,6 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
         "cluster": model.to_dict(), "flat_model": f"the whole communicator's {flat.algo} fit for every pair" if flat
         else None, "points": points, "median_abs_error_64k": _median_errors(points)}
     return out
-
-
-def _started_together(comm, sub, size, dtype, op, algo, mode, args, plan) -> C.CollectiveResult | None:
-    """One size on `sub` (None where this rank has none), each warm-up and timed call after a
-    barrier on the whole `comm`, so that the sub-communicators running beside it start every call
-    together. Every rank of `comm` must call it."""
-    calls = []
-    for k in range(args.warmup + args.iters):
-        comm.Barrier()
-        if sub != MPI.COMM_NULL and sub.Get_size() > 1:
-            calls.append(C.run_one("allreduce", size, dtype, op, algo, "mpi", mode, iters=1, warmup=0,
-                                   check=args.check if k == 0 else 0, timeout=args.timeout,
-                                   rotate_bytes=plan["rotate"], comm=sub))
-    if not calls:
-        return None
-    timed = calls[args.warmup:]
-    m = timed[0].measurement
-    samples = [s for r in timed for s in r.measurement.samples_us]
-    return replace(calls[0], measurement=Measurement(samples, m.clock, m.region))
 
 
 def _median_errors(points: list[dict]) -> dict:
