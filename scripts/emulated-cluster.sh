@@ -6,7 +6,7 @@
 # netmod) and to see each namespace's ranks as one node (cliques).
 #
 #   scripts/emulated-cluster.sh [--nodes 2] [--per-node 1] [--rate 1gbit] [--delay 1ms] \
-#       [--mpiexec PATH] [--busy-poll] -- COMMAND [ARGS...]
+#       [--mpiexec PATH] [--busy-poll] [--pin|--no-pin] -- COMMAND [ARGS...]
 #
 # Needs root, iproute2 (ip, tc) and the mpich wheel's mpiexec (default: the mpiexec beside the
 # python3 on PATH, else `mpiexec`). Everything it creates (namespaces, and with them the veths,
@@ -16,7 +16,11 @@
 # layout is oversubscribed (say so next to any figure), and MPICH is told to yield the core while
 # it waits (progress throttle, as MPICH's own CI runs oversubscribed): a rank spinning in MPI on
 # a core its peer needs measures the scheduler, not the link. --busy-poll keeps MPICH's default
-# spinning. Exit status: the command's.
+# spinning. Oversubscribed, every node also gets cores of its own (taskset; --pin forces it,
+# --no-pin leaves placement to the scheduler): node i runs on cores i*C/M .. (i+1)*C/M - 1 of the
+# C cores (core i mod C when there are more nodes M than cores), so that a node's ranks share its
+# cores as on a real node and never take one another node's ranks need (measured on 2 x 2 over 2
+# cores: benchmarks/RESULTS.md, "Several nodes"). Exit status: the command's.
 set -euo pipefail
 
 nodes=2
@@ -25,6 +29,7 @@ rate=1gbit
 delay=""
 mpiexec=""
 busy_poll=0
+pin=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -33,8 +38,10 @@ while [ $# -gt 0 ]; do
     --delay) delay=$2; shift 2 ;;
     --mpiexec) mpiexec=$2; shift 2 ;;
     --busy-poll) busy_poll=1; shift ;;
+    --pin) pin=1; shift ;;
+    --no-pin) pin=0; shift ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "emulated-cluster: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -108,13 +115,30 @@ if [ "$ranks" -gt "$(nproc)" ] && [ "$busy_poll" = 0 ] && [ -z "${MPIR_CVAR_CH4_
 elif [ -n "${MPIR_CVAR_CH4_PROGRESS_THROTTLE+set}" ]; then
   waiting="MPICH's progress throttle as the caller set it"
 fi
+# the cores this script may use, by id (its affinity mask)
+mapfile -t cpus < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
+cores=${#cpus[@]}
+if [ "$pin" = auto ]; then
+  [ "$ranks" -gt "$cores" ] && command -v taskset >/dev/null && pin=1 || pin=0
+elif [ "$pin" = 1 ]; then
+  command -v taskset >/dev/null || { echo "emulated-cluster: --pin needs taskset (util-linux)" >&2; exit 2; }
+fi
+placement=""
 cmd=()
 for ((i = 0; i < nodes; i++)); do
   [ $i -eq 0 ] || cmd+=(":")
-  cmd+=(-n "$per_node" env "${opts[@]}" FI_TCP_IFACE="${tag}v$i" ip netns exec "${tag}n$i" "$@")
+  bind=()
+  if [ "$pin" = 1 ]; then
+    if [ "$nodes" -le "$cores" ]; then
+      list=$(IFS=,; echo "${cpus[*]:$((i * cores / nodes)):$(((i + 1) * cores / nodes - i * cores / nodes))}")
+    else list=${cpus[$((i % cores))]}; fi
+    bind=(taskset -c "$list")
+    placement+=" node $i on cores $list;"
+  fi
+  cmd+=(-n "$per_node" env "${opts[@]}" FI_TCP_IFACE="${tag}v$i" ip netns exec "${tag}n$i" "${bind[@]}" "$@")
 done
 echo "emulated-cluster: $nodes nodes x $per_node ranks, inter-node link $rate${delay:+ + $delay delay}" \
-     "(veth + tc tbf), $(nproc) cores for $ranks ranks, $waiting" >&2
+     "(veth + tc tbf), $cores cores for $ranks ranks, $waiting${placement:+;${placement%;}}" >&2
 # In the background so that a signal to this script is handled at once (bash runs traps only
 # between foreground commands): the trap stops mpiexec, and the EXIT trap removes the namespaces.
 "$mpiexec" "${cmd[@]}" &

@@ -96,3 +96,29 @@ def test_cleans_up_when_interrupted():
             proc.kill()
     assert proc.returncode != 0
     assert _namespaces() == before
+
+
+# each rank writes its node and its cores to a file of its own (mpiexec may interleave stdout)
+AFFINITY = ("import os, sys; open(os.path.join(sys.argv[1], str(os.getpid())), 'w').write("
+            "' '.join([os.environ['FI_TCP_IFACE'][-1], *map(str, sorted(os.sched_getaffinity(0)))]))")
+
+
+@pytest.mark.parametrize("pin", ["--pin", "--no-pin"])
+def test_pinned_nodes_get_cores_of_their_own(tmp_path, pin):
+    """Pinned (the default when oversubscribed), every node's ranks run on cores no other node's
+    ranks use; unpinned, every rank may use every core."""
+    allowed = sorted(os.sched_getaffinity(0))
+    p = _run("--nodes", "2", "--per-node", "2", pin, "--", "python3", "-c", AFFINITY, str(tmp_path), timeout=120)
+    assert p.returncode == 0, p.stderr
+    by_node: dict[str, set[int]] = {}
+    for f in tmp_path.iterdir():
+        node, *cpus = f.read_text().split()
+        by_node.setdefault(node, set()).update(int(c) for c in cpus)
+    assert sorted(by_node) == ["0", "1"] and len(list(tmp_path.iterdir())) == 4, by_node
+    if pin == "--no-pin":
+        assert all(sorted(c) == allowed for c in by_node.values())
+    else:
+        assert "node 0 on cores" in p.stderr
+        assert all(c and c <= set(allowed) for c in by_node.values())
+        if len(allowed) >= 2:
+            assert not by_node["0"] & by_node["1"], by_node
