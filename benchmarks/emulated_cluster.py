@@ -94,7 +94,7 @@ def main() -> None:
     print(f"# emulated cluster: {cores} cores; load average before: {os.getloadavg()[0]:.1f}; JSON in {out}\n")
     table = ["| layout | link | ranks/cores | #wrong (all algos, all sizes) | intra fit err (library / as hier) | "
              "inter fit err (alone / shared) | "
-             "library 2-level / flat | ring 2-level / flat | hier 2-level / flat |",
+             "library 2-level / flat | ring 2-level / flat | hier 2-level / flat (median (worst) |error| from 64 KiB) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for rate in args.rates.split(","):
         for layout in args.layouts.split(","):
@@ -107,7 +107,8 @@ def main() -> None:
 
             def cell(a: str, errs: dict = errs) -> str:
                 e = errs.get(a)
-                return "-" if not e else f"{pct(e['two_level'])} / {pct(e['flat'])}"
+                return "-" if not e else (f"{pct(e['two_level'])} ({pct(e['two_level_worst'])}) / "
+                                          f"{pct(e['flat'])} ({pct(e['flat_worst'])})")
 
             def fit_err(*names: str, levels: dict = levels) -> str:
                 fits = [levels.get(n) for n in names]

@@ -99,6 +99,9 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     for pt in check["points"]:
         assert pt["two_level_us"] >= 0 and pt["flat_us"] >= 0
         assert math.isclose(pt["two_level_error"], (pt["two_level_us"] - pt["measured_us"]) / pt["measured_us"])
+    for algo, e in check["median_abs_error_64k"].items():  # the worst |error| beside the median
+        errs = [abs(pt["two_level_error"]) for pt in check["points"] if pt["algo"] == algo]
+        assert e["two_level_worst"] == max(errs) and e["two_level"] <= e["two_level_worst"]
     assert "two-level fit" in p.stdout and "flat error %" in p.stdout
     # the saved report is a cluster for predict
     c = cluster.load_cluster(out)

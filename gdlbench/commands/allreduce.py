@@ -417,15 +417,19 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
 
 
 def _median_errors(points: list[dict]) -> dict:
+    """Per algorithm, from 64 KiB up: the median |error| of each model and its worst (a median
+    over the sizes hides a range of sizes priced far off)."""
     import statistics
 
     out = {}
     for algo in dict.fromkeys(p["algo"] for p in points):
         sel = [p for p in points if p["algo"] == algo and p["size_bytes"] >= 65536]
-        if sel:
-            out[algo] = {"two_level": statistics.median(abs(p["two_level_error"]) for p in sel),
-                         "flat": statistics.median(abs(p["flat_error"]) for p in sel)
-                         if all(p["flat_error"] is not None for p in sel) else None}
+        if not sel:
+            continue
+        two = [abs(p["two_level_error"]) for p in sel]
+        flat = [abs(p["flat_error"]) for p in sel] if all(p["flat_error"] is not None for p in sel) else None
+        out[algo] = {"two_level": statistics.median(two), "two_level_worst": max(two),
+                     "flat": statistics.median(flat) if flat else None, "flat_worst": max(flat) if flat else None}
     return out
 
 
@@ -456,8 +460,9 @@ def _print_levels(levels: dict) -> None:
                  Column("flat (us)", "flat_us", fmt_float(1)), Column("flat error %", "flat_pct", fmt_float(1))],
                 pts, caption=f"flat: {check['flat_model']}")
     for algo, e in check["median_abs_error_64k"].items():
-        flat = "n/a" if e["flat"] is None else f"{100 * e['flat']:.1f} %"
-        print(f"# {algo}: median |error| >= 64 KiB: two-level {100 * e['two_level']:.1f} %, flat {flat}")
+        flat = "n/a" if e["flat"] is None else f"{100 * e['flat']:.1f} % (worst {100 * e['flat_worst']:.1f} %)"
+        print(f"# {algo}: median |error| >= 64 KiB: two-level {100 * e['two_level']:.1f} % "
+              f"(worst {100 * e['two_level_worst']:.1f} %), flat {flat}")
 
 
 def _print(collective, args, plan, results, fits, report, nranks):
