@@ -36,7 +36,7 @@ class Link:
     gbs: float
     gamma_us_per_byte: float = 0.0
     source: str = ""
-    regimes: tuple = ()  # ((from_bytes, alpha_us, beta_us_per_byte), ...) from a piecewise fit
+    regimes: tuple[tuple[int, float, float], ...] = ()  # ((from_bytes, alpha_us, beta_us_per_byte), ...) from a piecewise fit
 
     def __post_init__(self) -> None:
         for what, v in (("alpha_us", self.alpha_us), ("gbs", self.gbs), ("gamma_us_per_byte", self.gamma_us_per_byte)):
@@ -57,14 +57,14 @@ class Link:
                 a, b = ra, rb
         return a, b
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "alpha_us": self.alpha_us, "gbs": self.gbs,
                 "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
                 "source": self.source,
                 "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes]}
 
     @classmethod
-    def from_fit(cls, fit: dict, name: str, source: str) -> Link:
+    def from_fit(cls, fit: dict[str, Any], name: str, source: str) -> Link:
         """A level of `allreduce --fit` (summary.fit.levels.intra or .inter: one fit's to_dict())."""
         try:
             beta = float(fit["beta_us_per_byte"])
@@ -216,7 +216,7 @@ class Cluster:
     def pull_us(self, m: float, n: int, servers: int) -> float:
         return self.time_us("ps", m, n, servers) - self.push_us(m, n, servers)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"algo": self.algo, "formula": costmodel.cost(self.algo).two_level_formula,
                 "per_node": self.per_node, "nodes": self.nodes, "links_per_node": self.links_per_node,
                 "intra": self.intra.to_dict(), "inter": self.inter.to_dict(), "source": self.source,
@@ -241,7 +241,7 @@ def one_level_us(algo: str, m: float, n: int, alpha: float, beta: float, gamma: 
     return costmodel.time_us(algo, m, n, alpha, beta, gamma, servers)
 
 
-def from_fit_levels(levels: dict, nodes: int, per_node: int, source: str) -> Cluster:
+def from_fit_levels(levels: dict[str, Any], nodes: int, per_node: int, source: str) -> Cluster:
     """The cluster an `allreduce --fit` on several nodes measured (summary.fit.levels)."""
     if not isinstance(levels, dict) or "intra" not in levels or "inter" not in levels:
         raise UsageError(f"{source}: summary.fit.levels needs both intra and inter fits")
@@ -251,9 +251,12 @@ def from_fit_levels(levels: dict, nodes: int, per_node: int, source: str) -> Clu
     else:  # never priced: with one worker per node nothing crosses an intra-node link
         intra = Link("none", 0.0, 1e9, source="one rank per node: no intra-node link")
     # measured as hier runs them (older reports have neither; with one rank per node they are intra's and inter's)
-    as_run = {key: Link.from_fit(levels[key], key, f"{source} ({key} fit)") if per_node > 1 and
-              isinstance(levels.get(key), dict) else None for key in ("intra_rsag", "inter_shared")}
-    return Cluster(per_node, intra, inter, nodes=nodes, source=source, **as_run)
+    def as_run(key: str) -> Link | None:
+        return Link.from_fit(levels[key], key, f"{source} ({key} fit)") if per_node > 1 and \
+            isinstance(levels.get(key), dict) else None
+
+    return Cluster(per_node, intra, inter, nodes=nodes, source=source, intra_rsag=as_run("intra_rsag"),
+                   inter_shared=as_run("inter_shared"))
 
 
 def load_cluster(path: str | Path) -> Cluster:

@@ -12,15 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from . import costmodel, env
-from ._native import MPI, _core, _cuda
+from ._native import MPI, _core, _cuda, require_cuda
 from .errors import UsageError
 from .measurement import MAX_ITERS, Measurement, check_timing
 from .units import parse_size
+
+# What the sweep functions take as sizes: one size or several, each bytes or a string like '64K'.
+Sizes = int | str | np.integer | Iterable[int | str | np.integer]
 
 ALGOS = ("library", "ring", "rd", "tree", "ps", "hier")
 SERVER_ALGOS = ("ps",)  # algorithms with server ranks (--servers P)
@@ -142,7 +145,7 @@ class CollectiveResult:
     def passed(self) -> bool:
         return not self.wrong
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"collective": self.collective, "size_bytes": self.size_bytes, "count": self.count,
                "dtype": self.dtype, "op": self.op, "algo": self.algo, "backend": self.backend,
                "inplace": self.inplace, "nranks": self.nranks}
@@ -158,10 +161,9 @@ class CollectiveResult:
         return row
 
 
-def _as_sizes(sizes) -> list[int]:
-    if isinstance(sizes, (int, str, np.integer)):
-        sizes = [sizes]
-    out = [parse_size(int(s) if isinstance(s, np.integer) else s, "size") for s in sizes]
+def _as_sizes(sizes: Sizes) -> list[int]:
+    items = [sizes] if isinstance(sizes, (int, str, np.integer)) else sizes
+    out = [parse_size(int(s) if isinstance(s, np.integer) else s, "size") for s in items]
     if not out:
         raise UsageError("no sizes given")
     return out
@@ -250,7 +252,7 @@ class WaivedRow:
         """The command whose report lists this row (gdlbench.Compare groups by it)."""
         return self.collective
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "dtype": self.dtype, "op": self.op, "algo": self.algo,
                 "backend": self.backend, "waived": self.waived}
 
@@ -258,7 +260,7 @@ class WaivedRow:
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
             algo: str = "library", backend: str = "mpi", inplace: bool = False, *, iters: int = 20,
             warmup: int = 5, check: int = 1, servers: int = 1, root: int = 0,
-            timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm=None) -> CollectiveResult:
+            timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm: MPI.Comm | None = None) -> CollectiveResult:
     """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
     (MPI only): successive iterations use different buffers spread over that many bytes, as
     nccl-tests does, so that sizes below the cache are not timed from cache."""
@@ -270,8 +272,8 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
 
 def run_started_together(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
                          algo: str = "library", inplace: bool = False, *, iters: int = 20, warmup: int = 5,
-                         check: int = 1, timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm,
-                         start_on) -> CollectiveResult | None:
+                         check: int = 1, timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm: MPI.Comm,
+                         start_on: MPI.Comm) -> CollectiveResult | None:
     """run_one on MPI with every warm-up and timed call started by a barrier on start_on, a
     communicator over comm's ranks and others: the same row run at once on the other
     sub-communicators of start_on starts each call together with this one (as a hierarchical
@@ -282,17 +284,20 @@ def run_started_together(collective: str, size_bytes: int, dtype: str = "float32
 
 
 def _run(collective: str, size_bytes: int, dtype: str, op: str | None, algo: str, backend: str, inplace: bool,
-         iters: int, warmup: int, check: int, servers: int, root: int, timeout: float, rotate_bytes: int, comm,
-         start_on) -> CollectiveResult | None:
+         iters: int, warmup: int, check: int, servers: int, root: int, timeout: float, rotate_bytes: int,
+         comm: MPI.Comm, start_on: MPI.Comm | None) -> CollectiveResult | None:
     member = comm != MPI.COMM_NULL
-    nranks = (comm if member else start_on).Get_size()
+    group = comm if member else start_on
+    assert group is not None, "a rank outside comm takes part only through start_on"
+    nranks = group.Get_size()
     k = kind(collective)
     op = op if k.reduces else None
     validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
     count, nbytes = element_count(collective, size_bytes, dtype, nranks)
     if k.rooted:
         inplace = True  # one buffer: MPI_Bcast and ncclBroadcast in place
-    native, bench = (_cuda, _cuda.nccl_bench) if backend == "nccl" else (_core, _core.comm_bench)
+    native = require_cuda() if backend == "nccl" else _core
+    bench = native.nccl_bench if backend == "nccl" else native.comm_bench
     spec = native.BenchSpec(collective=collective, count=count, dtype=dtype, op=op or "sum", inplace=inplace,
                             algo=algo, root=root, servers=servers, warmup=warmup, iters=iters, check_iters=check,
                             timeout_s=timeout, rotate_bytes=int(rotate_bytes) if backend == "mpi" else 0)
@@ -321,10 +326,10 @@ def _modes(inplace: bool | None) -> tuple[bool, ...]:
     return (False, True) if inplace is None else (bool(inplace),)
 
 
-def collective(name: str, sizes, dtype: str = "float32", op: str | None = "sum", algo: str = "library",
+def collective(name: str, sizes: Sizes, dtype: str = "float32", op: str | None = "sum", algo: str = "library",
                backend: str = "auto", iters: int = 20, warmup: int = 5, check: int = 1,
                inplace: bool | None = None, *, servers: int = 1, root: int = 0, device: str = "auto",
-               timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> list[CollectiveResult]:
+               timeout: float = DEFAULT_TIMEOUT_S, comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """Time `name` at every size; inplace None runs out-of-place then in-place rows (broadcast has
     one buffer: in place only)."""
     be, _ = resolve_backend(backend, device)
@@ -337,10 +342,10 @@ def collective(name: str, sizes, dtype: str = "float32", op: str | None = "sum",
     return out
 
 
-def allreduce(sizes, dtype: str = "float32", op: str = "sum", algo: str = "library", backend: str = "auto",
+def allreduce(sizes: Sizes, dtype: str = "float32", op: str = "sum", algo: str = "library", backend: str = "auto",
               iters: int = 20, warmup: int = 5, check: int = 1, inplace: bool | None = None, *,
               servers: int = 1, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
-              comm=None) -> list[CollectiveResult]:
+              comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """All-reduce at each size (bytes per rank; ints or strings such as '64MB'). algo: library
     (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks), hier
     (two levels: inside each node, then across nodes; env.topology says what a node is)."""
@@ -348,32 +353,32 @@ def allreduce(sizes, dtype: str = "float32", op: str = "sum", algo: str = "libra
                       servers=servers, device=device, timeout=timeout, comm=comm)
 
 
-def reduce_scatter(sizes, dtype: str = "float32", op: str = "sum", backend: str = "auto", iters: int = 20,
+def reduce_scatter(sizes: Sizes, dtype: str = "float32", op: str = "sum", backend: str = "auto", iters: int = 20,
                    warmup: int = 5, check: int = 1, inplace: bool | None = None, *, device: str = "auto",
-                   timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> list[CollectiveResult]:
+                   timeout: float = DEFAULT_TIMEOUT_S, comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """Reduce-scatter; each size is the total buffer (N blocks)."""
     return collective("reduce_scatter", sizes, dtype, op, "library", backend, iters, warmup, check, inplace,
                       device=device, timeout=timeout, comm=comm)
 
 
-def allgather(sizes, dtype: str = "float32", backend: str = "auto", iters: int = 20, warmup: int = 5,
+def allgather(sizes: Sizes, dtype: str = "float32", backend: str = "auto", iters: int = 20, warmup: int = 5,
               check: int = 1, inplace: bool | None = None, *, device: str = "auto",
-              timeout: float = DEFAULT_TIMEOUT_S, comm=None) -> list[CollectiveResult]:
+              timeout: float = DEFAULT_TIMEOUT_S, comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """All-gather; each size is the total (gathered) buffer."""
     return collective("allgather", sizes, dtype, None, "library", backend, iters, warmup, check, inplace,
                       device=device, timeout=timeout, comm=comm)
 
 
-def broadcast(sizes, dtype: str = "float32", root: int = 0, backend: str = "auto", iters: int = 20,
+def broadcast(sizes: Sizes, dtype: str = "float32", root: int = 0, backend: str = "auto", iters: int = 20,
               warmup: int = 5, check: int = 1, *, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
-              comm=None) -> list[CollectiveResult]:
+              comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """Broadcast from `root`; each size is the buffer."""
     return collective("broadcast", sizes, dtype, None, "library", backend, iters, warmup, check, True,
                       root=root, device=device, timeout=timeout, comm=comm)
 
 
 def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *, servers: int = 1,
-                    dtype: str | None = None, comm=None) -> np.ndarray:
+                    dtype: str | None = None, comm: MPI.Comm | None = None) -> np.ndarray:
     """In-place all-reduce of a numpy array (float32, float64, int32, float16; bfloat16 as uint16
     with dtype='bfloat16') with one of the algorithms. Returns the array."""
     if not isinstance(array, np.ndarray):
@@ -408,7 +413,7 @@ class AlphaBetaFit:
     gamma_source: str = "not separated: beta includes the reduction"
     sizes_bytes: list[int] = field(default_factory=list)
     measured_us: list[float] = field(default_factory=list)
-    group: dict = field(default_factory=dict)  # what the rows had in common (dtype, op, inplace)
+    group: dict[str, Any] = field(default_factory=dict)  # what the rows had in common (dtype, op, inplace)
     fit_min_bytes: int = 0  # sizes below this were measured but not fitted
     # Piecewise regimes [(from_bytes, alpha, beta), ...], ascending: a size uses the last regime
     # that starts at or below it; alpha_us/beta_us_per_byte are the largest regime's. Empty: one.
@@ -443,7 +448,7 @@ class AlphaBetaFit:
         """1/beta in GB/s (1e9 B/s)."""
         return 1e-3 / self.beta_us_per_byte if self.beta_us_per_byte > 0 else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "algo": self.algo, **self.group, "nranks": self.nranks, "servers": self.servers if self.algo in SERVER_ALGOS else None,
             "formula": costmodel.formula(self.algo), "alpha_us": self.alpha_us,
@@ -527,7 +532,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
             for j in range(i + 2, n + 1):
                 sel = (mu >= sizes[i]) & (mu <= sizes[j - 1])
                 cost[i, j] = fit_line(sel)
-        best = {(0, 0): (0.0, [])}  # (regimes used, sizes covered) -> (error, cut points)
+        best: dict[tuple[int, int], tuple[float, list[int]]] = {(0, 0): (0.0, [])}  # (regimes used, sizes covered) -> (error, cut points)
         for r in range(1, k + 1):
             for j in range(2 * r, n + 1):
                 options = [(best[r - 1, i][0] + cost[i, j][1], best[r - 1, i][1] + [i])
@@ -564,7 +569,7 @@ def fit_sweep_for_messages(largest_bytes: int, start: int = 4096, factor: int = 
 def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float | None = None,
                 gamma_source: str | None = None, min_bytes: int = 0, regimes: int = 1) -> list[AlphaBetaFit]:
     """One fit per (collective/algorithm, dtype, op, mode) group of rows that has >= 2 sizes."""
-    groups: dict[tuple, list[CollectiveResult]] = {}
+    groups: dict[tuple[Any, ...], list[CollectiveResult]] = {}
     for r in results:
         groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers), []).append(r)
     fits = []

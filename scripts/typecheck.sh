@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 python=${1:-$root/.venv/bin/python}
 modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbench.errors gdlbench.units
-         gdlbench.report gdlbench.copy gdlbench.update gdlbench.io gdlbench.layers)
+         gdlbench.report gdlbench.copy gdlbench.update gdlbench.io gdlbench.layers gdlbench.collectives
+         gdlbench.cluster gdlbench.costmodel)
 (cd "$(mktemp -d)" && "$python" -m mypy --config-file "$root/pyproject.toml" "${modules[@]/#/-m}")
 "$root/scripts/stubs.sh" check "$python" _core
