@@ -6,9 +6,10 @@ import os
 import platform
 import sys
 from functools import lru_cache
+from typing import Any
 
 from . import __version__
-from ._native import MPI, _core, _cuda, cuda_status, init_mpi
+from ._native import MPI, _core, _cuda, cuda_status, init_mpi, require_cuda
 from .errors import UsageError
 
 # Variables that launchers set to the number of processes they started.
@@ -52,7 +53,7 @@ def set_ranks_per_node(ranks_per_node: int | None) -> None:
         _cuda.set_ranks_per_node(g)  # its own copy, for the NCCL hierarchical all-reduce
 
 
-def topology(comm=None) -> dict:
+def topology(comm: MPI.Comm | None = None) -> dict[str, Any]:
     """Nodes x ranks per node of comm (default the world): {"nodes", "ranks_per_node" (None when
     nodes differ in size), "min_ranks_per_node", "max_ranks_per_node", "found_by", "shape"}.
     Collective the first time on a communicator (cached on it)."""
@@ -64,7 +65,7 @@ def topology(comm=None) -> dict:
             else "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)"}
 
 
-def shape(t: dict) -> str:
+def shape(t: dict[str, Any]) -> str:
     """'2 nodes x 2 ranks per node', or '2 nodes of 1-2 ranks' when they differ."""
     nodes = f"{t['nodes']} node{'s' if t['nodes'] != 1 else ''}"
     if t["ranks_per_node"] is not None:
@@ -203,7 +204,7 @@ def resolve_device(requested: str) -> tuple[str, str]:
     local_rank, local_size = _node_rank_and_size() if count else (0, 1)
     device, index, reason = device_rule(requested, count, why, local_rank, local_size)
     if index is not None:
-        _cuda.set_device(index)
+        require_cuda().set_device(index)
     return device, reason
 
 
@@ -256,7 +257,7 @@ def _version_str(code: int, kind: str) -> str:
     return str(code)
 
 
-def collect(comm=None) -> dict:
+def collect(comm: MPI.Comm | None = None) -> dict[str, Any]:
     """The env block of every report (docs/report.md); its topology is comm's (default the
     world), which every rank of comm must have asked for once first (topology() is collective)."""
     from importlib import metadata
@@ -267,7 +268,7 @@ def collect(comm=None) -> dict:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    info: dict = {
+    info: dict[str, Any] = {
         "gdlbench": __version__,
         "gdlbench_path": os.path.dirname(os.path.abspath(__file__)),
         "python": sys.version.split()[0],

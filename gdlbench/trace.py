@@ -23,7 +23,7 @@ GAP_FRACTION = 0.05  # space between consecutive strategies' iterations, of the 
 MODEL_LANES = {"io": 1, "h2d": 2, "forward": 3, "backward": 4, "comm": 5, "update": 6, "io (prefetch thread)": 7}
 
 
-def _model_lane(span: dict) -> int:
+def _model_lane(span: dict[str, Any]) -> int:
     """The model's timeline lane as a track; the prefetched read (beside the wait for it) apart."""
     return MODEL_LANES["io (prefetch thread)" if span["lane"] == "io" and "prefetch thread" in span["name"] else span["lane"]]
 
@@ -32,11 +32,12 @@ def _label(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)} grads)"
 
 
-def iteration_spans(trace: dict, layer_names: list[str], message_layers: list[list[str]]) -> list[dict]:
+def iteration_spans(trace: dict[str, Any], layer_names: list[str],
+                    message_layers: list[list[str]]) -> list[dict[str, Any]]:
     """One traced iteration as spans {"lane", "thread", "name", "start_us", "end_us", "args"}:
     lanes iteration, io, h2d, forward, backward, comm, wait, update; threads COMPUTE, COMM, IO."""
     t = trace
-    spans: list[dict] = []
+    spans: list[dict[str, Any]] = []
 
     def add(lane: str, thread: int, name: str, start: float, end: float, **args: Any) -> None:
         spans.append({"lane": lane, "thread": thread, "name": name, "start_us": start, "end_us": max(start, end),
@@ -67,16 +68,16 @@ def iteration_spans(trace: dict, layer_names: list[str], message_layers: list[li
     return spans
 
 
-def _meta(pid: int, tid: int, kind: str, name: str) -> dict:
+def _meta(pid: int, tid: int, kind: str, name: str) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": {"name": name}}
 
 
-def chrome_trace(result: Any) -> dict:
+def chrome_trace(result: Any) -> dict[str, Any]:
     """result: an IterationResult. Returns {"traceEvents": [...], "displayTimeUnit": "ms",
     "metadata": {...}} (the module docstring says what is where)."""
     cuda = result.device == "cuda"
     layer_names = [la["name"] for la in result.layers]
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     world = result.world_size
     model_pid = world
     for rank in range(world):
@@ -94,8 +95,8 @@ def chrome_trace(result: Any) -> dict:
         events.append(_meta(model_pid, tid, "thread_name", lane))
 
     def extent(run: Any) -> float:  # the prefetch thread's read may end after the iteration
-        return max([max(t["update_end_us"], t["io_end_us"]) for t in run.traces]
-                   + [sp["end_us"] for sp in run.prediction.timeline] + [run.predicted_us])
+        return float(max([max(t["update_end_us"], t["io_end_us"]) for t in run.traces]
+                         + [sp["end_us"] for sp in run.prediction.timeline] + [run.predicted_us]))
 
     longest = max([extent(run) for run in result.runs] + [1.0])
     offset = 0.0
