@@ -252,8 +252,8 @@ def from_fit_levels(levels: dict[str, Any], nodes: int, per_node: int, source: s
         intra = Link("none", 0.0, 1e9, source="one rank per node: no intra-node link")
     # measured as hier runs them (older reports have neither; with one rank per node they are intra's and inter's)
     def as_run(key: str) -> Link | None:
-        return Link.from_fit(levels[key], key, f"{source} ({key} fit)") if per_node > 1 and \
-            isinstance(levels.get(key), dict) else None
+        fit = levels.get(key)
+        return Link.from_fit(fit, key, f"{source} ({key} fit)") if per_node > 1 and isinstance(fit, dict) else None
 
     return Cluster(per_node, intra, inter, nodes=nodes, source=source, intra_rsag=as_run("intra_rsag"),
                    inter_shared=as_run("inter_shared"))
