@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import SimpleNamespace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -99,7 +99,7 @@ PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "fo
           ("backward", "forward_end_us", "backward_end_us"), ("update", "comm_end_us", "update_end_us"))
 
 
-def phase_times(trace: dict) -> dict[str, float]:
+def phase_times(trace: dict[str, Any]) -> dict[str, float]:
     """Each phase's duration (us) in one traced iteration: io (the read, wherever it ran), io_wait
     (what the iteration waited for its batch), h2d, forward, backward (zeroing the activation
     gradients included), comm (the messages' time), comm_exposed (after backward), update."""
@@ -112,7 +112,7 @@ def phase_times(trace: dict) -> dict[str, float]:
     return {k: max(0.0, v) for k, v in times.items()}
 
 
-def layer_times(trace: dict) -> tuple[list[float], list[float]]:
+def layer_times(trace: dict[str, Any]) -> tuple[list[float], list[float]]:
     """Per layer (in layer order): forward and backward durations (us) in one traced iteration."""
     fwd_end, bwd_end = trace["layer_forward_end_us"], trace["layer_backward_end_us"]
     n = len(fwd_end)
@@ -121,7 +121,7 @@ def layer_times(trace: dict) -> tuple[list[float], list[float]]:
     return fwd, bwd
 
 
-def read_beside(probe: dict, alone: dict) -> float | None:
+def read_beside(probe: dict[str, Any], alone: dict[str, Any]) -> float | None:
     """What a read on the prefetch thread costs the compute beside it (us): in `probe` (an
     iteration that prefetched its next batch, without messages), the time each pass the read
     overlapped (copy, forward, backward, update) took beyond the same pass in `alone` (the
@@ -135,7 +135,7 @@ def read_beside(probe: dict, alone: dict) -> float | None:
     took, took_alone = phase_times(probe), phase_times(alone)
     lost = sum(took[name] - took_alone[name] for name, start, end in PASSES
                if min(e, probe[end]) > max(s, probe[start]))
-    return lost + max(0.0, e - probe["update_end_us"])
+    return float(lost + max(0.0, e - probe["update_end_us"]))
 
 
 # A contention round whose messages did (next to) nothing beside backward: the most that round
@@ -143,7 +143,7 @@ def read_beside(probe: dict, alone: dict) -> float | None:
 NO_PROGRESS_SLOWDOWN = 1000.0
 
 
-def contention(trace: dict, backward_alone_us: float, message_alone_us: list[float]) -> tuple[float, float] | None:
+def contention(trace: dict[str, Any], backward_alone_us: float, message_alone_us: list[float]) -> tuple[float, float] | None:
     """(backward's slowdown, the messages' slowdown) while they ran side by side in a contention
     round (each message posted as its gradients were ready), from that round's stamps and the
     same work's times alone. (1, 1) when they hardly overlapped (nothing to price); None when
@@ -187,7 +187,7 @@ class StrategyRun:
     plan: MessagePlan
     message_times: list[Measurement]
     composed: Measurement
-    traces: list[dict]  # the median round's composed iteration, per rank (us from its start)
+    traces: list[dict[str, Any]]  # the median round's composed iteration, per rank (us from its start)
     prediction: Prediction
     inside: dict[str, Measurement] = field(default_factory=dict)  # phase_times inside the composed run
     # the model's standard error: the isolated round's whole iteration's median_se, and for a
@@ -203,7 +203,7 @@ class StrategyRun:
         return 100.0 * math.hypot(self.model_se_us, self.composed.median_se) / self.composed.median
 
     @property
-    def trace(self) -> dict:
+    def trace(self) -> dict[str, Any]:
         """Rank 0's trace of the median round."""
         return self.traces[0]
 
@@ -240,7 +240,7 @@ class IterationResult:
     device: str
     world_size: int
     threads: int
-    layers: list[dict]
+    layers: list[dict[str, Any]]
     phases: dict[str, Measurement]
     runs: list[StrategyRun] = field(default_factory=list)
     overlap_efficiency: float = 1.0  # model.Phases.overlap_efficiency, as this run's device implies
@@ -253,14 +253,14 @@ class IterationResult:
     slowdowns: dict[str, tuple[Measurement, Measurement]] = field(default_factory=dict)
     # per strategy in slowdowns: the round whose pair the model prices with (its prediction the median)
     slowdown_round: dict[str, int] = field(default_factory=dict)
-    isolated_traces: list[dict] = field(default_factory=list)  # the median isolated round, per rank
+    isolated_traces: list[dict[str, Any]] = field(default_factory=list)  # the median isolated round, per rank
 
     @property
     def measurement(self) -> Measurement:
         """The composed iteration of the first strategy (each run's is runs[i].composed)."""
         return self.runs[0].composed if self.runs else self.phases["forward"]
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         """Phase rows, then per-layer rows, then per strategy its messages and composed iteration."""
         rows = [{"phase": name, "batch": self.batch, **m.stats(), "samples_us": list(m.samples_us)}
                 for name, m in self.phases.items()]
@@ -287,10 +287,10 @@ class IterationResult:
         """Per strategy, per phase: its median alone (the isolated round; comm: the messages
         alone), inside the composed run, and the difference in percent."""
         alone = {k: m.median for k, m in self.phases.items()}
-        out = {}
+        out: dict[str, dict[str, dict[str, float]]] = {}
         for run in self.runs:
             alone_run = alone | {"comm": sum(m.median for m in run.message_times)}
-            rows = {}
+            rows: dict[str, dict[str, float]] = {}
             for phase in ("io", "h2d", "forward", "backward", "comm", "update"):
                 if phase not in alone_run or phase not in run.inside:
                     continue
@@ -300,7 +300,7 @@ class IterationResult:
         return out
 
     @property
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"batch": self.batch, "workers": self.world_size,
                 "measured_us": {r.strategy.name: r.composed.median for r in self.runs},
                 "predicted_us": {r.strategy.name: r.predicted_us for r in self.runs},
@@ -331,13 +331,13 @@ class IterationResult:
                       strategy_slowdowns=by_strategy, read_beside_us=slow.get("read_beside_us"),
                       io_threads=self.io_threads)
 
-    def chrome_trace(self) -> dict:
+    def chrome_trace(self) -> dict[str, Any]:
         """The traced iterations in the Chrome trace event format (gdlbench.trace)."""
         from .trace import chrome_trace
 
         return chrome_trace(self)
 
-    def top_layers(self, n: int = 5) -> list[dict]:
+    def top_layers(self, n: int = 5) -> list[dict[str, Any]]:
         total = sum(la["forward"].median + la["backward"].median for la in self.layers) or 1.0
         ranked = sorted(self.layers, key=lambda la: la["forward"].median + la["backward"].median, reverse=True)
         return [{"layer": la["name"], "type": la["type"], "forward_us": la["forward"].median,
@@ -384,7 +384,7 @@ def price_as_executed(net: Network, phases: Phases, strategy: Strategy, world: i
     return predict_iteration(net, phases, None, executed, world, message_costs_us=costs)
 
 
-def slowest(ranks: list[dict]) -> dict:
+def slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """Of one round's traces (one per rank), the rank whose backward ended last: the one the
     messages, and so the iteration, wait for."""
     return max(ranks, key=lambda t: t["backward_end_us"])
@@ -443,7 +443,7 @@ class Iteration:
             return 1.0
         return 0.0 if env.local_ranks() * self.threads >= env.usable_cores() else 1.0
 
-    def _io_reader(self):
+    def _io_reader(self) -> Any:
         """The loader the iterations call, or None."""
         if not self.io:
             return None
@@ -482,11 +482,11 @@ class Iteration:
         # The read beside compute, when a strategy prefetches it.
         probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
 
-        iso_traces: list[list[dict]] = []
-        msg_samples: dict[tuple, list[list[float]]] = {k: [] for k in message_sets}
-        slowdowns: dict[tuple, list[list[tuple[float, float]]]] = {k: [] for k in contend}  # per round, per rank
+        iso_traces: list[list[dict[str, Any]]] = []
+        msg_samples: dict[tuple[Any, ...], list[list[float]]] = {k: [] for k in message_sets}
+        slowdowns: dict[tuple[Any, ...], list[list[tuple[float, float]]]] = {k: [] for k in contend}  # per round, per rank
         read_costs: list[float] = []
-        composed: list[list[tuple[float, list[dict]]]] = [[] for _ in plans]
+        composed: list[list[tuple[float, list[dict[str, Any]]]]] = [[] for _ in plans]
 
         def isolated(warmup: int) -> None:
             """One isolated round. One before every composed iteration, so that the isolated samples
@@ -559,7 +559,7 @@ class Iteration:
                 read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")
         model_phases = result.phases_model()
         # The isolated round's whole iteration per round (max over ranks): the model's noise.
-        isolated = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], clock)
+        isolated_whole = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], clock)
         for k, (strategy, mplan, algo, servers) in enumerate(plans):
             msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
                    for s in msg_samples[(tuple(mplan.messages), algo, servers)]]
@@ -581,7 +581,7 @@ class Iteration:
                     Measurement([m for _, m in pairs], "steady-clock", "messages beside backward / messages alone"))
                 result.slowdown_round[strategy.name] = median_round
             pred = priced(pair)
-            model_se = isolated.median_se
+            model_se = isolated_whole.median_se
             if pair is not None:  # the contention rounds' noise, at one sigma either way
                 cs, cm = result.slowdowns[strategy.name]
                 moved = [priced((max(1.0, pair[0] + sign * cs.median_se), max(1.0, pair[1] + sign * cm.median_se)))

@@ -70,6 +70,12 @@ def normalise_algo(algo: str) -> str:
         raise UsageError(f"--algo: unknown algorithm {algo!r} ({', '.join(costmodel.ALLREDUCE_ALGOS)})") from None
 
 
+
+def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    """doc[key] where it is an object, else {} (a report's optional sections)."""
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
 @dataclass(frozen=True)
 class CommModel:
     """alpha-beta(-gamma) parameters of one algorithm; the same fields as
@@ -86,7 +92,7 @@ class CommModel:
     note: str = ""
     # Piecewise fits (AlphaBetaFit.regimes): ((from_bytes, alpha_us, beta_us_per_byte), ...),
     # ascending; a message uses the last regime starting at or below its size. Empty: one regime.
-    regimes: tuple = ()
+    regimes: tuple[tuple[int, float, float], ...] = ()
 
     def params_for(self, m: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) for a message of m bytes."""
@@ -142,7 +148,7 @@ class CommModel:
     def pull_us(self, m: float, n: int, servers: int) -> float:
         return self.allreduce_us("ps_pull", m, n, servers)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
@@ -264,8 +270,8 @@ class Phases:
     # read-beside round), in us. None: (1 - overlap_efficiency) t_io.
     read_beside_us: float | None = None
 
-    def contention(self) -> dict:
-        out = {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
+    def contention(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
                "read_beside_us": self.read_beside_us}
         if self.strategy_slowdowns:
             out["by_strategy"] = {name: {"compute_slowdown": c, "comm_slowdown": m}
@@ -304,8 +310,7 @@ class Phases:
     def from_dict(cls, doc: Any, source: str = "phases") -> Phases:
         if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
             raise UsageError(f"{source}: expected an iteration report with 'rows' (see gdlbench.model)")
-        args = doc.get("args") if isinstance(doc.get("args"), dict) else {}
-        summary = doc.get("summary") if isinstance(doc.get("summary"), dict) else {}
+        args, summary = _section(doc, "args"), _section(doc, "summary")
         totals: dict[str, float] = {}
         fwd: dict[str, float] = {}
         bwd: dict[str, float] = {}
@@ -333,7 +338,7 @@ class Phases:
                 if not per_layer:
                     raise UsageError(f"{source}: no {phase} time (a '{phase}' row or per-layer rows)")
                 totals[phase] = sum(per_layer.values())
-        env = doc.get("env") if isinstance(doc.get("env"), dict) else {}
+        env = _section(doc, "env")
         workers = env.get("world_size", summary.get("workers", 1))
         io_threads = summary.get("io_threads")
         if io_threads is not None and (isinstance(io_threads, bool) or not isinstance(io_threads, int)
@@ -342,7 +347,7 @@ class Phases:
         eta = summary.get("overlap_efficiency", 1.0)
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 1:
             raise UsageError(f"{source}: summary.overlap_efficiency must be a number in [0, 1], got {eta!r}")
-        contention = summary.get("contention") if isinstance(summary.get("contention"), dict) else {}
+        contention = _section(summary, "contention")
         by_strategy = contention.get("by_strategy", {})
         if not isinstance(by_strategy, dict) or not all(isinstance(v, dict) for v in by_strategy.values()):
             raise UsageError(f"{source}: summary.contention.by_strategy must map strategy names to "
@@ -425,9 +430,9 @@ class Phases:
         s = sum(out)
         return [t * total / s for t in out] if s > 0 else [total / len(out)] * len(out)
 
-    def to_report(self) -> dict:
+    def to_report(self) -> dict[str, Any]:
         """These phases in the phases-JSON shape (module docstring): what from_dict reads back."""
-        rows: list[dict] = [{"phase": ph, "time_us": t} for ph, t in (
+        rows: list[dict[str, Any]] = [{"phase": ph, "time_us": t} for ph, t in (
             ("io", self.io_us), ("h2d", self.h2d_us), ("forward", self.forward_us),
             ("backward", self.backward_us), ("update", self.update_us))]
         if self.comm_us is not None:
@@ -441,7 +446,7 @@ class Phases:
                                                                   "io_threads": self.io_threads},
                 "rows": rows}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "io_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
                 "backward_us": self.backward_us, "update_us": self.update_us, "comm_us": self.comm_us,
                 "net": self.net, "workers": self.workers, "source": self.source,
@@ -464,7 +469,7 @@ class Message:
     start_us: float
     end_us: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"layers": list(self.layers), "bytes": self.bytes, "ready_us": self.ready_us,
                 "start_us": self.start_us, "end_us": self.end_us}
 
@@ -487,7 +492,7 @@ class Prediction:
     comm_exposed_us: float  # what the iteration pays for communication beyond backward
     update_us: float
     messages: list[Message]
-    timeline: list[dict]
+    timeline: list[dict[str, Any]]
 
     @property
     def images_per_s(self) -> float:
@@ -498,7 +503,7 @@ class Prediction:
         return {"io": self.io_us, "h2d": self.h2d_us, "forward": self.forward_us, "backward": self.backward_us,
                 "comm": self.comm_exposed_us, "update": self.update_us}
 
-    def to_dict(self, timeline: bool = False) -> dict:
+    def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         d = {"strategy": self.strategy, "workers": self.workers, "batch": self.batch, "t_iter_us": self.t_iter_us,
              "io_exposed_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
              "backward_us": self.backward_us, "comm_us": self.comm_us, "comm_exposed_us": self.comm_exposed_us,
@@ -535,7 +540,7 @@ class Compression:
             raise UsageError(f"--compress: expected RATIO[:US_PER_BYTE], e.g. 100:2e-4, got {text!r}") from None
         return cls(*values)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"ratio": self.ratio, "encode_us_per_byte": self.encode_us_per_byte}
 
 
@@ -588,20 +593,20 @@ def schedule_shared(layer_us: Sequence[float], ready_after: Sequence[int], cost_
             j += 1
             left_c = None
             continue
-        computing, sending = k < n_layers, left_c is not None
-        both = computing and sending
+        computing = k < n_layers
+        both = computing and left_c is not None
         rate_b = 1.0 / compute_slowdown if both else 1.0
         rate_c = 1.0 / comm_slowdown if both else 1.0
-        dt = min(left_b / rate_b if computing else math.inf, left_c / rate_c if sending else math.inf)
+        dt = min(left_b / rate_b if computing else math.inf, left_c / rate_c if left_c is not None else math.inf)
         t += dt
         if computing:
             left_b = max(0.0, left_b - dt * rate_b) if dt < left_b / rate_b else 0.0
-        if sending:
+        if left_c is not None:
             left_c = max(0.0, left_c - dt * rate_c) if dt < left_c / rate_c else 0.0
     return ends, spans
 
 
-def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) -> list[dict]:
+def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) -> list[dict[str, Any]]:
     """The messages `strategy` sends, in the order it sends them (backward order): each
     {"layers": [names], "indices": [layer indices], "bytes": int}; the executor sends exactly
     these, and predict_iteration(message_costs_us=...) takes their measured times in this order."""
@@ -657,17 +662,20 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     if message_costs_us is not None:
         costs = [float(c) for c in message_costs_us]
         if strategy.collective == "ps" and strategy.ps_pull == "after_push":
-            after_push_pulls = ([float(c) for c in pull_costs_us] if pull_costs_us is not None else
-                                [comm.pull_us(m, n, servers) for m in dense])
-    elif strategy.collective == "ps":
-        if strategy.ps_pull == "after_push":
+            if pull_costs_us is not None:
+                after_push_pulls = [float(c) for c in pull_costs_us]
+            else:
+                assert comm is not None  # checked above
+                after_push_pulls = [comm.pull_us(m, n, servers) for m in dense]
+    else:
+        assert comm is not None  # checked above: without measured message times, a comm model
+        if strategy.collective == "ps" and strategy.ps_pull == "after_push":
             costs = [comm.push_us(m, n, servers) for m in sizes]
             after_push_pulls = [comm.pull_us(m, n, servers) for m in dense]
-        else:
+        elif strategy.collective == "ps":
             costs = [comm.push_us(m, n, servers) + comm.pull_us(m, n, servers) for m in sizes]
-    else:
-        algo = strategy.algo or comm.formula
-        costs = [comm.allreduce_us(algo, m, n) for m in sizes]
+        else:
+            costs = [comm.allreduce_us(strategy.algo or comm.formula, m, n) for m in sizes]
     costs = [c + e for c, e in zip(costs, encode, strict=True)]
     compute_slowdown, comm_slowdown = phases.slowdowns(strategy.name)
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
@@ -690,7 +698,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     t_iter = t_h2d + (max(beside + compute_span, t_io) if strategy.io_prefetch else t_io + compute_span)
 
     # Timeline from the start of the iteration.
-    tl: list[dict] = []
+    tl: list[dict[str, Any]] = []
     t0 = 0.0
     if strategy.io_prefetch:
         if io_exposed > 0:
@@ -736,7 +744,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
 
 
 def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
-                    workers: Sequence[int], dtype_bytes: int = 4, compress: Compression | None = None) -> list[dict]:
+                    workers: Sequence[int], dtype_bytes: int = 4, compress: Compression | None = None) -> list[dict[str, Any]]:
     """Rows per (strategy, N): t_iter_us, images_per_s, speedup S(N) = N t(1)/t(N), efficiency S/N,
     and the exposed phases. t(1) is the same strategy on one worker (no communication)."""
     net = load_network(net)
