@@ -9,6 +9,8 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from types import ModuleType
+from typing import NoReturn
 
 from ._native import THREAD_LEVEL_ENV, THREAD_LEVELS, init_mpi
 from .errors import CheckFailed, UsageError
@@ -38,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 class ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad option is one line on stderr and exit 2 (no usage dump)."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
@@ -98,10 +100,10 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def command_thread_level(module) -> str:
+def command_thread_level(module: ModuleType) -> str:
     """The least MPI thread level a command needs: funneled unless its module says otherwise (its
     helper threads, the collectives' watchdog, OpenBLAS and OpenMP workers, never call MPI)."""
-    return getattr(module, "MPI_THREAD_LEVEL", "funneled")
+    return str(getattr(module, "MPI_THREAD_LEVEL", "funneled"))
 
 
 # Variables that launchers set to each process's rank: a usage error is reported by rank 0 alone,

@@ -52,6 +52,7 @@ order (last layer first) with their sizes in bytes, for the communication model.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import importlib.util
 import json
@@ -97,7 +98,7 @@ class Layer:
     inputs: tuple[int, ...]
     in_shapes: tuple[tuple[int, int, int], ...]
     out_shape: tuple[int, int, int]
-    attrs: dict = field(compare=False)
+    attrs: dict[str, Any] = field(compare=False)
     param_shapes: tuple[tuple[int, ...], ...]
     fwd_macs: int
 
@@ -105,7 +106,7 @@ class Layer:
     def params(self) -> int:
         return sum(math.prod(s) for s in self.param_shapes)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "type": self.type, "inputs": list(self.inputs),
             "in_shapes": [list(s) for s in self.in_shapes], "out_shape": list(self.out_shape),
@@ -128,13 +129,13 @@ class GradientMessage:
 class Network:
     """A loaded, shape-checked network. Build with `load_network(name_or_path)`."""
 
-    def __init__(self, spec: dict, origin: str = "<dict>") -> None:
+    def __init__(self, spec: dict[str, Any], origin: str = "<dict>") -> None:
         self.origin = origin
         self.spec = spec
         self.name, self.input_shape, self.layers = _build(spec, origin)
         self.description: str = str(spec.get("description", ""))
         self.source: str = str(spec.get("source", ""))
-        self.published: dict = dict(spec.get("published", {}))
+        self.published: dict[str, Any] = dict(spec.get("published", {}))
 
     # -- totals ---------------------------------------------------------------------------
     @property
@@ -163,7 +164,7 @@ class Network:
         raise KeyError(name)
 
     # -- the executor's contract (module docstring) ---------------------------------------
-    def layer_specs(self) -> list[dict]:
+    def layer_specs(self) -> list[dict[str, Any]]:
         return [layer.to_dict() for layer in self.layers]
 
     def gradient_messages(self, dtype_bytes: int = 4) -> list[GradientMessage]:
@@ -171,7 +172,7 @@ class Network:
         return [GradientMessage(layer.name, i, layer.params, layer.params * dtype_bytes)
                 for i, layer in reversed(list(enumerate(self.layers))) if layer.params]
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"net": self.name, "layers": len(self.layers), "params": self.params,
                 "size_mb": self.param_bytes() / 1e6, "fwd_gmacs": self.fwd_macs / 1e9,
                 "fwd_gflops": 2 * self.fwd_macs / 1e9, "input": list(self.input_shape),
@@ -215,7 +216,7 @@ def _pool_out(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
     return (size + 2 * p - k) // s + 1
 
 
-def _normalise_attrs(where: str, ltype: str, raw: dict) -> dict:
+def _normalise_attrs(where: str, ltype: str, raw: dict[str, Any]) -> dict[str, Any]:
     allowed = _ATTRS[ltype]
     unknown = sorted(set(raw) - set(allowed))
     if unknown:
@@ -249,7 +250,7 @@ def _normalise_attrs(where: str, ltype: str, raw: dict) -> dict:
     return attrs
 
 
-def _infer(where: str, ltype: str, attrs: dict, shapes: list[tuple[int, int, int]]
+def _infer(where: str, ltype: str, attrs: dict[str, Any], shapes: list[tuple[int, int, int]]
            ) -> tuple[tuple[int, int, int], list[tuple[int, ...]], int]:
     """(out_shape, param_shapes, fwd_macs) of one layer from its input shapes."""
     if ltype in _MULTI_INPUT:
@@ -370,12 +371,16 @@ def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Laye
 # Loading: built-in nets (gdlbench/nets: *.json files and modules with a NETS dict) or a path
 
 
-def _builtin_specs() -> dict[str, Callable[[], dict]]:
-    found: dict[str, Callable[[], dict]] = {}
+def _json_spec(entry: Any) -> Any:
+    return json.loads(entry.read_text())
+
+
+def _builtin_specs() -> dict[str, Callable[[], Any]]:
+    found: dict[str, Callable[[], Any]] = {}
     pkg = resources.files("gdlbench.nets")
     for entry in sorted(pkg.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".json"):
-            found[entry.name[:-5]] = (lambda e=entry: json.loads(e.read_text()))
+            found[entry.name[:-5]] = functools.partial(_json_spec, entry)
         elif entry.name.endswith(".py") and not entry.name.startswith("_"):
             module = importlib.import_module(f"gdlbench.nets.{entry.name[:-3]}")
             for net_name, builder in getattr(module, "NETS", {}).items():
@@ -388,7 +393,8 @@ def builtin_nets() -> list[str]:
     return list(_builtin_specs())
 
 
-def _load_path(path: Path) -> dict:
+def _load_path(path: Path) -> Any:
+    """The spec a file holds, unchecked (Network checks it)."""
     if not path.exists():
         raise UsageError(f"--net {path}: no such file")
     if not path.is_file():
@@ -423,7 +429,7 @@ def net_option(text: str) -> str:
     return text
 
 
-def load_network(net: str | Path | dict | Network) -> Network:
+def load_network(net: str | Path | dict[str, Any] | Network) -> Network:
     """A built-in name ('resnet50'), a path to a .json/.py spec, a spec dict, or a Network."""
     if isinstance(net, Network):
         return net
