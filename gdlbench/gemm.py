@@ -4,7 +4,7 @@ and checked, untimed, against a float64 reference."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class GemmResult:
     trans_a: bool
     trans_b: bool
     measurement: Measurement
-    check: dict | None = field(default=None)
+    check: dict[str, Any] | None = field(default=None)
 
     @property
     def tflops(self) -> float:
@@ -48,7 +48,7 @@ class GemmResult:
     def passed(self) -> bool:
         return self.check is None or self.check["passed"]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         row = {"m": self.m, "n": self.n, "k": self.k, "dtype": self.dtype, "device": self.device,
                "threads": self.threads, "trans_a": self.trans_a, "trans_b": self.trans_b,
                **self.measurement.to_dict(), "tflops": self.tflops}
@@ -77,7 +77,7 @@ def check_rows(m: int) -> np.ndarray:
 
 
 def compare(c_rows: np.ndarray, a: np.ndarray, b: np.ndarray, rows: np.ndarray, trans_a: bool, trans_b: bool,
-            dtype: str) -> dict:
+            dtype: str) -> dict[str, Any]:
     """Compare rows of C with the float64 reference op(A)[rows] @ op(B)."""
     a64 = _op(a.astype(np.float64), trans_a)[rows]
     b64 = _op(b.astype(np.float64), trans_b)
@@ -91,7 +91,7 @@ def compare(c_rows: np.ndarray, a: np.ndarray, b: np.ndarray, rows: np.ndarray, 
 
 def gemm(m: int = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", device: str = "auto", *,
          iters: int = 20, warmup: int = 5, threads: int | None = None, check: bool = True,
-         trans_a: bool = False, trans_b: bool = False, a=None, b=None, seed: int = 1) -> GemmResult:
+         trans_a: bool = False, trans_b: bool = False, a: Any = None, b: Any = None, seed: int = 1) -> GemmResult:
     """Time C = op(A) @ op(B). Give sizes (random inputs), or arrays `a` and `b` (numpy -> CPU, any
     object with __cuda_array_interface__, e.g. CuPy -> GPU); their shapes then set m, n and k."""
     check_timing(iters, warmup, "gemm")
@@ -109,11 +109,12 @@ def gemm(m: int = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", de
     return _gemm_cuda(m, n, k, dtype, iters, warmup, check, trans_a, trans_b, seed)
 
 
-def _shape_of(m, n, k, trans_a, trans_b):
+def _shape_of(m: int, n: int, k: int, trans_a: bool, trans_b: bool) -> tuple[tuple[int, int], tuple[int, int]]:
     return ((k, m) if trans_a else (m, k)), ((n, k) if trans_b else (k, n))
 
 
-def _gemm_cpu(m, n, k, dtype, iters, warmup, threads, check, trans_a, trans_b, seed) -> GemmResult:
+def _gemm_cpu(m: int, n: int, k: int, dtype: str, iters: int, warmup: int, threads: int | None, check: bool,
+              trans_a: bool, trans_b: bool, seed: int) -> GemmResult:
     if dtype not in CPU_DTYPES:
         raise UsageError(f"gemm: dtype {dtype!r} is not available on cpu ({', '.join(CPU_DTYPES)})")
     np_dtype = _NUMPY_DTYPE[dtype]
@@ -126,7 +127,8 @@ def _gemm_cpu(m, n, k, dtype, iters, warmup, threads, check, trans_a, trans_b, s
     return _run_cpu(a, b, dtype, iters, warmup, threads, check, trans_a, trans_b)
 
 
-def _run_cpu(a, b, dtype, iters, warmup, threads, check, trans_a, trans_b) -> GemmResult:
+def _run_cpu(a: np.ndarray, b: np.ndarray, dtype: str, iters: int, warmup: int, threads: int | None, check: bool,
+             trans_a: bool, trans_b: bool) -> GemmResult:
     m = a.shape[1] if trans_a else a.shape[0]
     k = a.shape[0] if trans_a else a.shape[1]
     n = b.shape[0] if trans_b else b.shape[1]
@@ -142,7 +144,7 @@ def _run_cpu(a, b, dtype, iters, warmup, threads, check, trans_a, trans_b) -> Ge
     return result
 
 
-def producer_stream(cai: dict) -> int | None:
+def producer_stream(cai: dict[str, Any]) -> int | None:
     """The stream whose queued work must finish before an array is read (__cuda_array_interface__
     v3): None when the producer names none (nothing to wait for), else 1 (the legacy default
     stream), 2 (the per-thread default stream) or a cudaStream_t. gdlbench's own stream is
@@ -156,7 +158,7 @@ def producer_stream(cai: dict) -> int | None:
     return stream
 
 
-def _cuda_ptr(x) -> tuple[int, tuple, str, int | None]:
+def _cuda_ptr(x: Any) -> tuple[int, tuple[int, ...], str, int | None]:
     cai = x.__cuda_array_interface__
     if cai.get("strides") is not None:  # None means C-contiguous
         itemsize = np.dtype(cai["typestr"]).itemsize
@@ -166,7 +168,8 @@ def _cuda_ptr(x) -> tuple[int, tuple, str, int | None]:
     return int(cai["data"][0]), tuple(cai["shape"]), np.dtype(cai["typestr"]).name, producer_stream(cai)
 
 
-def _gemm_arrays(a, b, *, iters, warmup, threads, check, trans_a, trans_b) -> GemmResult:
+def _gemm_arrays(a: Any, b: Any, *, iters: int, warmup: int, threads: int | None, check: bool, trans_a: bool,
+                 trans_b: bool) -> GemmResult:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if a.dtype != b.dtype or a.dtype.name not in CPU_DTYPES or a.ndim != 2 or b.ndim != 2:
             raise UsageError("gemm: a and b must be 2-D numpy arrays of one dtype, float32 or float64")
@@ -196,7 +199,7 @@ def _gemm_arrays(a, b, *, iters, warmup, threads, check, trans_a, trans_b) -> Ge
     return result
 
 
-def _device_to_numpy(cuda, ptr: int, shape: tuple, dtype: str) -> np.ndarray:
+def _device_to_numpy(cuda: Any, ptr: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     raw = np.empty(int(np.prod(shape)) * cuda.dtype_size(dtype), dtype=np.uint8)
     cuda.copy_to_host(ptr, raw)
     return _decode(raw, dtype).reshape(shape)
@@ -213,7 +216,7 @@ def _decode(raw: np.ndarray, dtype: str) -> np.ndarray:
     return raw.view(np.float32)  # float32 and tf32
 
 
-def _device_rows(cuda, ptr: int, m: int, n: int, dtype: str, rows: np.ndarray) -> np.ndarray:
+def _device_rows(cuda: Any, ptr: int, m: int, n: int, dtype: str, rows: np.ndarray) -> np.ndarray:
     size = cuda.dtype_size(dtype)
     out = np.empty((rows.size, n), dtype=np.float64)
     raw = np.empty(n * size, dtype=np.uint8)
@@ -223,7 +226,8 @@ def _device_rows(cuda, ptr: int, m: int, n: int, dtype: str, rows: np.ndarray) -
     return out
 
 
-def _gemm_cuda(m, n, k, dtype, iters, warmup, check, trans_a, trans_b, seed) -> GemmResult:
+def _gemm_cuda(m: int, n: int, k: int, dtype: str, iters: int, warmup: int, check: bool, trans_a: bool,
+               trans_b: bool, seed: int) -> GemmResult:
     cuda = require_cuda()
     if dtype not in CUDA_DTYPES:
         raise UsageError(f"gemm: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")

@@ -11,6 +11,7 @@ python=${1:-$root/.venv/bin/python}
 modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbench.errors gdlbench.units
          gdlbench.report gdlbench.copy gdlbench.update gdlbench.io gdlbench.layers gdlbench.collectives
          gdlbench.cluster gdlbench.costmodel gdlbench.env gdlbench.trace gdlbench.paths gdlbench.model
-         gdlbench.iteration gdlbench.network gdlbench.cli gdlbench.compress)
+         gdlbench.iteration gdlbench.network gdlbench.cli gdlbench.compress
+         gdlbench.gemm)
 (cd "$(mktemp -d)" && "$python" -m mypy --config-file "$root/pyproject.toml" "${modules[@]/#/-m}")
 "$root/scripts/stubs.sh" check "$python" _core
