@@ -4,7 +4,7 @@ all-reduce beside each level measured several ways, per size, on a multi-node ru
 - intra_library: the library all-reduce of m on every node's ranks at once (the `intra` fit);
 - intra_hier: `--algo hier` on every node's ranks at once (its reduce-scatter + all-gather; the
   `intra_rsag` fit);
-- inter_one(x): the library all-reduce of x among the first rank of each node, the others idle
+- inter_one(x): the library all-reduce of x among the first rank of each node, the others waiting
   (the `inter` fit);
 - inter_all(x): the same among every local rank at once, each on its own buffer, every call
   started together by a barrier on the whole communicator (`inter_shared`).

@@ -104,8 +104,15 @@ done
 
 opts=(MPIR_CVAR_NUM_CLIQUES="$nodes" MPIR_CVAR_CLIQUES_BY_BLOCK=1 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp)
 ranks=$((nodes * per_node))
+# the cores this script may use, by id (its affinity mask, e.g. "0-1,4")
+cpus=()
+IFS=, read -ra ranges <<< "$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)"
+for r in "${ranges[@]}"; do
+  for ((c = ${r%-*}; c <= ${r#*-}; c++)); do cpus+=("$c"); done
+done
+cores=${#cpus[@]}
 waiting="busy-polling"
-if [ "$ranks" -gt "$(nproc)" ] && [ "$busy_poll" = 0 ] && [ -z "${MPIR_CVAR_CH4_PROGRESS_THROTTLE+set}" ]; then
+if [ "$ranks" -gt "$cores" ] && [ "$busy_poll" = 0 ] && [ -z "${MPIR_CVAR_CH4_PROGRESS_THROTTLE+set}" ]; then
   # Measured on 2 x 2 over 2 cores at 1 Gbit/s: the library all-reduce 70 % off the two-level
   # model while spinning, 9-15 % with these (benchmarks/RESULTS.md, "Several nodes"). A throttle
   # the caller set is left as it is.
@@ -115,9 +122,6 @@ if [ "$ranks" -gt "$(nproc)" ] && [ "$busy_poll" = 0 ] && [ -z "${MPIR_CVAR_CH4_
 elif [ -n "${MPIR_CVAR_CH4_PROGRESS_THROTTLE+set}" ]; then
   waiting="MPICH's progress throttle as the caller set it"
 fi
-# the cores this script may use, by id (its affinity mask)
-mapfile -t cpus < <(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)), sep="\n")')
-cores=${#cpus[@]}
 if [ "$pin" = auto ]; then
   [ "$ranks" -gt "$cores" ] && command -v taskset >/dev/null && pin=1 || pin=0
 elif [ "$pin" = 1 ]; then

@@ -355,7 +355,7 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     sweeps = (("intra", node, "library", True, "every node's ranks at once (MPI_Comm_split_type or --ranks-per-node)"),
               ("intra_rsag", node, "hier", True, "every node's ranks at once, reduce-scatter + all-gather as hier "
                "runs them (--algo hier on each node)"),
-              ("inter", cross, "library", leader, "the first rank of every node, the others idle"),
+              ("inter", cross, "library", leader, "the first rank of every node, the others waiting in MPI_Barrier"),
               ("inter_shared", cross, "library", True, "every local rank's all-reduce across nodes at once, each "
                "call started together (a barrier on the whole communicator), as hier's shards cross"))
     for level, sub, algo, active, measured_on in sweeps:
