@@ -73,7 +73,8 @@ def test_cleans_up_after_a_failing_command():
 
 def test_bad_options_exit_2_and_make_nothing():
     before = _namespaces()
-    for args in (["--nodes", "1", "--", "true"], ["--rate", "fast", "--", "true"], ["--nodes", "2"]):
+    for args in (["--nodes", "1", "--", "true"], ["--rate", "fast", "--", "true"], ["--nodes", "2"],
+                 ["--tcp-cc", "no-such-control", "--", "true"], ["--rate"]):
         p = _run(*args, timeout=60)
         assert p.returncode == 2 and "emulated-cluster:" in p.stderr, (args, p.stderr)
     assert _namespaces() == before
@@ -122,3 +123,36 @@ def test_pinned_nodes_get_cores_of_their_own(tmp_path, pin):
         assert all(c and c <= set(allowed) for c in by_node.values())
         if len(allowed) >= 2:
             assert not by_node["0"] & by_node["1"], by_node
+
+
+# node 0 accepts one TCP connection from node 1 across the emulated link; both ends write the
+# congestion control their socket runs
+CONGESTION = """
+import os, socket, sys, time
+node = os.environ['FI_TCP_IFACE'][-1]
+if node == '0':
+    srv = socket.create_server(('10.213.0.1', 47391))
+    s, _ = srv.accept()
+else:
+    for _ in range(100):
+        try:
+            s = socket.create_connection(('10.213.0.1', 47391))
+            break
+        except OSError:
+            time.sleep(0.05)
+cc = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b'\\0').decode()
+open(os.path.join(sys.argv[1], node), 'w').write(cc)
+"""
+
+
+@pytest.mark.parametrize("tcp_cc", [None, "reno", "host"])
+def test_connections_between_nodes_run_the_named_congestion_control(tmp_path, tcp_cc):
+    """Cubic unless told otherwise, whatever this host's default (BBR's PROBE_RTT once slowed a
+    sweep 10-20 x); `host` leaves the host's default."""
+    host = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    args = [] if tcp_cc is None else ["--tcp-cc", tcp_cc]
+    p = _run("--nodes", "2", *args, "--", "python3", "-c", CONGESTION, str(tmp_path), timeout=120)
+    assert p.returncode == 0, p.stderr
+    want = {None: "cubic", "reno": "reno", "host": host}[tcp_cc]
+    assert {f.name: f.read_text() for f in tmp_path.iterdir()} == {"0": want, "1": want}
+    assert f"TCP {want}" in p.stderr
