@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 # OpenMP (element-wise kernels) and OpenBLAS (GEMM) keep separate thread pools on the same cores.
@@ -43,6 +44,7 @@ from . import _core  # noqa: E402
 from .errors import UsageError  # noqa: E402
 
 CUDA_IMPORT_ERROR: str | None = None
+_cuda: ModuleType | None
 if importlib.util.find_spec(f"{__package__}._cuda") is None:
     _cuda = None
     CUDA_IMPORT_ERROR = "not built: reinstall with GDL_ENABLE_CUDA=ON pip install '.[cuda]'"

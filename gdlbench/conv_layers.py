@@ -33,6 +33,8 @@ class ConvLayer:
 
 
 # name, C, H(=W), K, kernel, stride, pad, groups, count
+_Row = tuple[str, int, int, int, int, int, int, int, int]
+
 _ALEXNET = [
     ("conv1", 3, 227, 96, 11, 4, 0, 1, 1),
     ("conv2", 96, 27, 256, 5, 1, 2, 2, 1),
@@ -95,7 +97,7 @@ _GOOGLENET_AUX = [  # after a 5x5/3 average pool: 14x14 -> 4x4
 ]
 
 
-def _googlenet_rows() -> list[tuple]:
+def _googlenet_rows() -> list[_Row]:
     rows = list(_GOOGLENET_STEM)
     for name, c, h, n1, r3, n3, r5, n5, pp in _INCEPTION:
         rows += [(f"{name}/1x1", c, h, n1, 1, 1, 0, 1, 1), (f"{name}/3x3_reduce", c, h, r3, 1, 1, 0, 1, 1),
@@ -104,9 +106,9 @@ def _googlenet_rows() -> list[tuple]:
     return rows + _GOOGLENET_AUX
 
 
-def _distinct(net: str, rows: list[tuple]) -> list[ConvLayer]:
+def _distinct(net: str, rows: list[_Row]) -> list[ConvLayer]:
     """Merge rows of the same shape: the first name stays, the counts add up."""
-    out: dict[tuple, ConvLayer] = {}
+    out: dict[tuple[int, ...], ConvLayer] = {}
     for name, c, h, k, kern, stride, pad, groups, count in rows:
         key = (c, h, k, kern, stride, pad, groups)
         if key in out:

@@ -3,7 +3,15 @@ is bad usage, exit 2, not an OOM kill halfway through)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .errors import UsageError
+
+
+class DeviceMemory(Protocol):
+    """What require_device needs of the CUDA backend (the _cuda module)."""
+
+    def mem_get_info(self) -> tuple[int, int]: ...
 
 
 def host_available() -> int:
@@ -25,7 +33,7 @@ def require_host(nbytes: int, what: str) -> None:
                          f"{avail / 2**30:.2f} GiB available")
 
 
-def require_device(cuda, nbytes: int, what: str) -> None:
+def require_device(cuda: DeviceMemory, nbytes: int, what: str) -> None:
     free, _total = cuda.mem_get_info()
     if nbytes > free * 0.95:
         raise UsageError(f"{what}: needs {nbytes / 2**30:.2f} GiB of device memory, {free / 2**30:.2f} GiB free")

@@ -10,6 +10,7 @@ building a Strategy (or `dataclasses.replace` on a preset).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from .errors import UsageError
 from .units import split_list
@@ -67,7 +68,7 @@ class Strategy:
         over = "overlapped with backward (WFBP)" if self.overlap == "wfbp" else "after backward"
         return f"{send}, {unit}, {over}, I/O prefetch {'on' if self.io_prefetch else 'off'}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"describe": self.describe()}
 
 
@@ -145,7 +146,7 @@ def load_strategy(path: str) -> Strategy:
         raise UsageError(f"--strategy {path}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     doc = {k: v for k, v in doc.items() if k != "describe"}
     doc.setdefault("name", Path(path).stem)
-    types = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
+    types: dict[str, type | tuple[type, ...]] = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
              "bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
              "assumptions": str, "source": str}
     for k, v in doc.items():
