@@ -4,8 +4,9 @@ Timed by the native harness; checked, untimed, against a float64 numpy direct co
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Literal, TypedDict
 
 import numpy as np
 
@@ -30,7 +31,7 @@ SEED_X, SEED_W, SEED_B, SEED_DY, SEED_DX0 = 11, 5, 6, 7, 13
 CHECK_BATCH = 2  # samples in the untimed check: enough to cross the CPU's multi-sample GEMM path
 
 
-def _pair(v, what: str) -> tuple[int, int]:
+def _pair(v: int | Sequence[int], what: str) -> tuple[int, int]:
     if isinstance(v, (int, np.integer)):
         return int(v), int(v)
     try:
@@ -94,7 +95,7 @@ class ConvShape:
         return ConvShape(n, self.c, self.h, self.w, self.k, self.r, self.s, self.stride, self.pad, self.dilation,
                          self.groups, self.bias)
 
-    def spec(self, name: str = "conv") -> dict:
+    def spec(self, name: str = "conv") -> dict[str, Any]:
         """The layer spec (per-sample shapes) that the CPU and CUDA "conv" layers read."""
         attrs = {"out_channels": self.k, "kernel_h": self.r, "kernel_w": self.s, "stride_h": self.stride[0],
                  "stride_w": self.stride[1], "pad_h": self.pad[0], "pad_w": self.pad[1],
@@ -104,12 +105,45 @@ class ConvShape:
         return {"name": name, "type": "conv", "inputs": [-1], "in_shapes": [[self.c, self.h, self.w]],
                 "out_shape": [self.k, self.p, self.q], "attrs": attrs, "param_shapes": params}
 
-    def geometry(self) -> dict:
+    def geometry(self) -> dict[str, int]:
         """Flat integer geometry for the CUDA bindings."""
         return {"n": self.n, "c": self.c, "h": self.h, "w": self.w, "k": self.k, "r": self.r, "s": self.s,
                 "stride_h": self.stride[0], "stride_w": self.stride[1], "pad_h": self.pad[0], "pad_w": self.pad[1],
                 "dilation_h": self.dilation[0], "dilation_w": self.dilation[1], "groups": self.groups,
                 "bias": int(self.bias)}
+
+
+class ConvCheck(TypedDict):
+    """The float64 check of one run: the worst error and the wrong elements, of all passes and
+    of each."""
+
+    max_rel_error: float
+    per_pass: dict[str, float]
+    wrong_per_pass: dict[str, int]
+    tolerance: float
+    wrong: int
+    passed: bool
+    batch: int
+
+
+class CudaConvCheck(ConvCheck):
+    algos: dict[str, str]  # the cuDNN algorithm of each pass
+
+
+class _ConvBias(TypedDict, total=False):
+    db: np.ndarray | None  # run_cpu: None without a bias; run_cuda leaves it out
+
+
+class ConvRun(_ConvBias):
+    """One run of the three passes: y, dx (= dx0 + dL/dx), dw and, with a bias, db."""
+
+    y: np.ndarray
+    dx: np.ndarray
+    dw: np.ndarray
+
+
+class CudaConvRun(ConvRun):
+    algos: dict[str, str]  # the cuDNN algorithm of each pass
 
 
 @dataclass
@@ -128,7 +162,7 @@ class ConvResult:
     measurement: Measurement
     threads: int | None = None
     count: int = 1            # how often the layer occurs in its network
-    check: dict | None = field(default=None)
+    check: ConvCheck | None = field(default=None)
 
     @property
     def tflops(self) -> float:
@@ -138,7 +172,7 @@ class ConvResult:
     def passed(self) -> bool:
         return self.check is None or self.check["passed"]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         s = self.shape
         row = {"layer": self.layer, "n": s.n, "c": s.c, "h": s.h, "w": s.w, "k": s.k, "r": s.r, "s": s.s,
                "p": s.p, "q": s.q, "hw": f"{s.h}x{s.w}", "rs": f"{s.r}x{s.s}", "stride": list(s.stride), "pad": list(s.pad), "dilation": list(s.dilation),
@@ -188,7 +222,7 @@ def check_inputs(sh: ConvShape) -> dict[str, np.ndarray]:
     arrays = {"x": ((sh.n, sh.c, sh.h, sh.w), SEED_X), "w": ((sh.k, sh.c // sh.groups, sh.r, sh.s), SEED_W),
               "b": ((sh.k,), SEED_B), "dy": ((sh.n, sh.k, sh.p, sh.q), SEED_DY),
               "dx0": ((sh.n, sh.c, sh.h, sh.w), SEED_DX0)}
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name, (shape, seed) in arrays.items():
         a = np.empty(shape, dtype=np.float32)
         _core.fill(a, seed)
@@ -196,10 +230,13 @@ def check_inputs(sh: ConvShape) -> dict[str, np.ndarray]:
     return out
 
 
-_EXPECTED_CACHE: dict = {}
+_Arrays = dict[str, np.ndarray]
+# (shape, (input name, array shape, hash of its bytes) for each input)
+_ExpectedKey = tuple[ConvShape, tuple[tuple[str, tuple[int, ...], int], ...]]
+_EXPECTED_CACHE: dict[_ExpectedKey, tuple[_Arrays, _Arrays]] = {}
 
 
-def expected(sh: ConvShape, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
+def expected(sh: ConvShape, inputs: Mapping[str, np.ndarray]) -> tuple[_Arrays, _Arrays]:
     """(reference, magnitudes) of every output for these inputs; the last shape's are kept, as
     --all-algos checks many algorithms on the same data."""
     key = (sh, tuple((k, v.shape, hash(v.tobytes())) for k, v in sorted(inputs.items())))
@@ -216,18 +253,26 @@ def expected(sh: ConvShape, inputs: dict[str, np.ndarray]) -> tuple[dict, dict]:
     return ref, mag
 
 
-def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray], dtype: str,
-            tolerance: float | None = None) -> dict:
+_CHECKED: tuple[tuple[Literal["y", "dx", "dw", "db"], str], ...] = (
+    ("y", "fwd"), ("dx", "bwd-data"), ("dw", "bwd-filter"), ("db", "bwd-filter"))
+
+
+def compare(sh: ConvShape, got: ConvRun, inputs: Mapping[str, np.ndarray], dtype: str,
+            tolerance: float | None = None) -> ConvCheck:
     """Each pass against the float64 reference; errors relative to the same convolution of |inputs|.
     got["dx"] is expected to hold dx0 + dL/dx (backward-data accumulates)."""
     ref, mag = expected(sh, inputs)
     tol = TOLERANCE[dtype] if tolerance is None else tolerance
-    per_pass, wrong_per_pass, worst, wrong = {}, {}, 0.0, 0
+    per_pass: dict[str, float] = {}
+    wrong_per_pass: dict[str, int] = {}
+    worst, wrong = 0.0, 0
     tiny = np.finfo(np.float64).tiny
-    for key, pass_ in (("y", "fwd"), ("dx", "bwd-data"), ("dw", "bwd-filter"), ("db", "bwd-filter")):
+    for key, pass_ in _CHECKED:
         if key == "db" and not sh.bias:
             continue
-        err = np.abs(got[key].reshape(ref[key].shape).astype(np.float64) - ref[key]) / np.maximum(mag[key], tiny)
+        out = got[key]
+        assert out is not None  # only db is ever None, and only without a bias
+        err = np.abs(out.reshape(ref[key].shape).astype(np.float64) - ref[key]) / np.maximum(mag[key], tiny)
         e = float(err.max()) if err.size else 0.0
         per_pass[pass_] = max(per_pass.get(pass_, 0.0), e)
         worst = max(worst, e)
@@ -240,7 +285,7 @@ def compare(sh: ConvShape, got: dict[str, np.ndarray], inputs: dict[str, np.ndar
 
 # --- the API ------------------------------------------------------------------------------------
 
-def _passes(passes) -> list[str]:
+def _passes(passes: str | Sequence[str]) -> list[str]:
     if isinstance(passes, str):
         passes = list(PASSES) if passes == "all" else [passes]
     passes = list(passes)
@@ -277,7 +322,8 @@ def conv(n: int = 8, c: int = 64, h: int = 56, w: int = 56, k: int = 64, r: int 
                       count)
 
 
-def _conv_cpu(sh, passes, dtype, layout, algo, all_algos, iters, warmup, threads, check, name, count):
+def _conv_cpu(sh: ConvShape, passes: list[str], dtype: str, layout: str, algo: str, all_algos: bool, iters: int,
+              warmup: int, threads: int | None, check: bool, name: str, count: int) -> list[ConvResult]:
     if dtype not in CPU_DTYPES:
         raise UsageError(f"conv: dtype {dtype!r} is not available on cpu (float32)")
     if layout != "nchw":
@@ -289,7 +335,7 @@ def _conv_cpu(sh, passes, dtype, layout, algo, all_algos, iters, warmup, threads
     _core.set_compute_threads(threads)
     bench = _core.LayerBench(sh.spec(name), sh.n)
     region = "one layer pass (im2col/col2im + OpenBLAS sgemm per group), buffers preallocated and touched"
-    results = []
+    results: list[ConvResult] = []
     for p in passes:
         samples = bench.time(p, warmup, iters)
         meas = Measurement(samples, "steady-clock", region)
@@ -302,13 +348,13 @@ def _conv_cpu(sh, passes, dtype, layout, algo, all_algos, iters, warmup, threads
     return results
 
 
-def _for_pass(chk: dict, pass_: str) -> dict:
+def _for_pass(chk: ConvCheck, pass_: str) -> ConvCheck:
     """The check's figures for one pass (all three passes were checked in the same run)."""
     wrong = chk["wrong_per_pass"].get(pass_, 0)
     return {**chk, "max_rel_error": chk["per_pass"].get(pass_, 0.0), "wrong": wrong, "passed": wrong == 0}
 
 
-def run_cpu(sh: ConvShape, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_cpu(sh: ConvShape, inputs: Mapping[str, np.ndarray]) -> ConvRun:
     """The CPU layer's three passes on the given NCHW arrays: y, dx (= dx0 + dL/dx), dw, db."""
     bench = _core.LayerBench(sh.spec(), sh.n)
     params = [inputs["w"]] + ([inputs["b"]] if sh.bias else [])
@@ -316,13 +362,14 @@ def run_cpu(sh: ConvShape, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarra
     return {"y": y, "dx": dxs[0], "dw": dws[0], "db": dws[1] if sh.bias else None}
 
 
-def check_cpu(sh: ConvShape) -> dict:
+def check_cpu(sh: ConvShape) -> ConvCheck:
     """All three CPU passes against the float64 reference (untimed)."""
     inputs = check_inputs(sh)
     return compare(sh, run_cpu(sh, inputs), inputs, "float32")
 
 
-def _conv_cuda(sh, passes, dtype, layout, algo, workspace_limit, all_algos, iters, warmup, check, name, count):
+def _conv_cuda(sh: ConvShape, passes: list[str], dtype: str, layout: str, algo: str, workspace_limit: int | None,
+               all_algos: bool, iters: int, warmup: int, check: bool, name: str, count: int) -> list[ConvResult]:
     cuda = require_cuda()
     if dtype not in CUDA_DTYPES:
         raise UsageError(f"conv: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")
@@ -330,7 +377,7 @@ def _conv_cuda(sh, passes, dtype, layout, algo, workspace_limit, all_algos, iter
     limit = (1 << 30) if workspace_limit is None else int(workspace_limit)
     rows = cuda.conv_time(sh.geometry(), dtype, layout, mode, named, limit, passes, all_algos, warmup, iters)
     region = "one cudnnConvolution{Forward,BackwardData,BackwardFilter} call, workspace preallocated"
-    results = []
+    results: list[ConvResult] = []
     for row in rows:
         if not row["samples_us"]:  # --all-algos: this algorithm does not support the shape
             continue
@@ -382,27 +429,31 @@ def parse_algo(algo: str, passes: list[str], names: dict[str, list[str]]) -> tup
     return "named", named
 
 
-def check_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic", named: dict | None = None,
-               workspace_limit: int = 1 << 30) -> dict:
+def check_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic",
+               named: Mapping[str, str] | None = None, workspace_limit: int = 1 << 30) -> CudaConvCheck:
     """The three cuDNN passes, with inputs from cuda.fill, against the float64 reference of the same
     values regenerated on the host. dx starts at dx0 on the device: backward-data must accumulate."""
     got = run_cuda(sh, dtype, layout, mode, named, workspace_limit)
     inputs = check_inputs_layout(sh, layout)
     chk = compare(sh, from_layout(sh, got, layout), inputs, dtype, CUDA_TOLERANCE[dtype])
-    chk["algos"] = got["algos"]
-    return chk
+    return {**chk, "algos": got["algos"]}
 
 
-def run_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic", named: dict | None = None,
-             workspace_limit: int = 1 << 30) -> dict:
+def run_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic",
+             named: Mapping[str, str] | None = None, workspace_limit: int = 1 << 30) -> CudaConvRun:
     """The cuDNN layer's three passes once on cuda.fill data: flat float32 y, dx (= dx0 + dL/dx), dw,
     db in `layout`'s memory order, and the algorithms used."""
     from .gemm import _decode
 
     cuda = require_cuda()
     raw = cuda.conv_check(sh.geometry(), dtype, layout, mode, named or {}, workspace_limit)
-    out = {key: _decode(np.asarray(raw[key]), dtype) for key in ("y", "dx", "dw", "db") if key in raw}
-    out["algos"] = dict(raw["algos"])
+
+    def decoded(key: str) -> np.ndarray:
+        return _decode(np.asarray(raw[key]), dtype)
+
+    out: CudaConvRun = {"y": decoded("y"), "dx": decoded("dx"), "dw": decoded("dw"), "algos": dict(raw["algos"])}
+    if "db" in raw:  # with a bias only
+        out["db"] = decoded("db")
     return out
 
 
@@ -411,7 +462,7 @@ def check_inputs_layout(sh: ConvShape, layout: str) -> dict[str, np.ndarray]:
     if layout == "nchw":
         return check_inputs(sh)
     nhwc = ConvShapeNHWC(sh)
-    out = {}
+    out: dict[str, np.ndarray] = {}
     for name, (shape, seed) in nhwc.arrays().items():
         a = np.empty(shape, dtype=np.float32)
         _core.fill(a, seed)
@@ -425,7 +476,7 @@ class ConvShapeNHWC:
     def __init__(self, sh: ConvShape) -> None:
         self.sh = sh
 
-    def arrays(self) -> dict:
+    def arrays(self) -> dict[str, tuple[tuple[int, ...], int]]:
         sh = self.sh
         return {"x": ((sh.n, sh.h, sh.w, sh.c), SEED_X), "w": ((sh.k, sh.r, sh.s, sh.c // sh.groups), SEED_W),
                 "b": ((sh.k,), SEED_B), "dy": ((sh.n, sh.p, sh.q, sh.k), SEED_DY),
@@ -436,13 +487,13 @@ class ConvShapeNHWC:
         return np.ascontiguousarray(a.transpose(0, 3, 1, 2)) if a.ndim == 4 else a
 
 
-def from_layout(sh: ConvShape, got: dict, layout: str) -> dict[str, np.ndarray]:
+def from_layout(sh: ConvShape, got: CudaConvRun, layout: str) -> CudaConvRun:
     """Device results (flat, in `layout`'s memory order) as NCHW / KCRS arrays."""
     if layout == "nchw":
         return got
-    shapes = {"y": (sh.n, sh.p, sh.q, sh.k), "dx": (sh.n, sh.h, sh.w, sh.c),
-              "dw": (sh.k, sh.r, sh.s, sh.c // sh.groups)}
-    out = dict(got)
-    for key, shape in shapes.items():
-        out[key] = ConvShapeNHWC.to_nchw(np.asarray(got[key]).reshape(shape))
-    return out
+
+    def nchw(a: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
+        return ConvShapeNHWC.to_nchw(np.asarray(a).reshape(shape))
+
+    return {**got, "y": nchw(got["y"], (sh.n, sh.p, sh.q, sh.k)), "dx": nchw(got["dx"], (sh.n, sh.h, sh.w, sh.c)),
+            "dw": nchw(got["dw"], (sh.k, sh.r, sh.s, sh.c // sh.groups))}
