@@ -7,6 +7,7 @@ Options follow DeepBench's names: -n -c -h -w -k -r -s. -h is the input height h
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 
 from .. import conv_layers, env
 from ..cli import common_options
@@ -17,7 +18,7 @@ from ..report import Column, OutputFile, Progress, fmt_float
 from ..units import format_bytes, parse_size
 
 
-def _hw(v) -> str:
+def _hw(v: Sequence[int]) -> str:
     return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
 
 

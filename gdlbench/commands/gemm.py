@@ -60,7 +60,8 @@ def parse_shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
             shapes.append((s, s, s))
             s *= factor
     else:
-        shapes = [tuple(2048 if v is None else v for v in (args.m, args.n, args.k))]
+        m, n, k = (2048 if v is None else v for v in (args.m, args.n, args.k))
+        shapes = [(m, n, k)]
     for m, n, k in shapes:
         validate_shape(m, n, k)
     return shapes
@@ -81,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
         progress.step(f"{m}x{n}x{k}: {r.tflops:.3f} TFLOP/s")
     clock = results[0].measurement.clock
     threads = f", {results[0].threads} BLAS threads" if device == "cpu" else ""
-    tol = results[0].check["tolerance"] if results[0].check else None
+    check = results[0].check
+    tol = check["tolerance"] if check else None
     caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} iterations "
                f"after {args.warmup} warm-up; TFLOP/s = 2mnk/t"
-               + (f"; check: max |C-R|/(|A||B|) <= {tol:g} vs float64, {results[0].check['checked_rows']} rows" if tol else ""))
+               + (f"; check: max |C-R|/(|A||B|) <= {tol:g} vs float64, {check['checked_rows']} rows" if check and tol else ""))
     Compare(results, title=f"gdlbench gemm ({args.dtype}, {'A^T' if args.ta else 'A'} @ {'B^T' if args.tb else 'B'})",
             caption=caption, args=vars(args) | {"device": device}).emit(json_out, csv_out)
     if not all(r.passed for r in results):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from .. import env
 from ..cli import common_options
@@ -30,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if bool(args.layer) == bool(args.spec):
         raise UsageError("give --layer NAME or --spec JSON (one of them)")
-    which: str | dict = args.layer
+    which: str | dict[str, Any] = args.layer
     if args.spec:
         try:
             which = json.loads(args.spec)

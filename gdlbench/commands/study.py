@@ -18,6 +18,7 @@ from ..study import (
     DEFAULT_STRATEGIES,
     DEFAULT_WORKERS,
     INDEX,
+    Config,
     config_from_args,
     fmt_duration,
     load_config,
@@ -60,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
 
 
-def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Path, object, bool]:
+def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Path, Config, bool]:
     from ..plots import require_matplotlib
 
     require_matplotlib()  # the report's figures: fail now, not after the measurements
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     comm = env.world()
     is_root = comm.Get_rank() == 0
     nodes = env.topology(comm)["nodes"]  # collective: every rank, before rank 0 plans alone
-    plan: tuple | str
+    plan: tuple[Path, Config, bool] | str
     try:
         plan = _prepare(args, comm.Get_size(), nodes) if is_root else ""
     except UsageError as exc:
