@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import env
 from ..cli import common_options
@@ -40,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(iters=5, warmup=1)  # iters: rounds (isolated, then composed); warmup: per native call
 
 
-def _progress(enabled: bool):
+def _progress(enabled: bool) -> Callable[[str], None]:
     import sys
     import time
 
@@ -70,7 +72,7 @@ STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages
                     Column("img/s total", "ips_total", fmt_float(2))]
 
 
-def strategy_rows(r: IterationResult) -> list[dict]:
+def strategy_rows(r: IterationResult) -> list[dict[str, Any]]:
     """Per strategy: the model's prediction against the composed run."""
     rows = []
     for run in r.runs:
@@ -83,7 +85,7 @@ def strategy_rows(r: IterationResult) -> list[dict]:
     return rows
 
 
-def table(results: list[IterationResult]) -> tuple[list[Column], list[dict]]:
+def table(results: list[IterationResult]) -> tuple[list[Column], list[dict[str, Any]]]:
     """The strategy table (gdlbench.Compare's hook)."""
     return STRATEGY_COLUMNS, [row for r in results for row in strategy_rows(r)]
 
@@ -119,9 +121,10 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                  for name, table in r.phase_table().items()],
                 caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; comm: the sum of the "
                         "messages' times (alone: each message alone)")
-    shared: dict[tuple, list[str]] = {}  # strategies whose contention was measured with the same messages
-    for name, (cs, ms) in r.slowdowns.items():
-        shared.setdefault((cs.samples_us, ms.samples_us, r.slowdown_round[name]), []).append(name)
+    # strategies whose contention was measured with the same messages
+    shared: dict[tuple[Sequence[float], Sequence[float], int], list[str]] = {}
+    for name, (cm, mm) in r.slowdowns.items():
+        shared.setdefault((cm.samples_us, mm.samples_us, r.slowdown_round[name]), []).append(name)
     for (cs, ms, i), names in shared.items():
         messages = ("made next to no progress beside backward" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
                     else f"{ms[i]:.3f}x slower beside backward")

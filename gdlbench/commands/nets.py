@@ -4,14 +4,16 @@ network's per-layer table with --net NAME --layers."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 from .. import env
 from ..errors import UsageError
-from ..network import builtin_nets, load_network, net_option
+from ..network import Network, builtin_nets, load_network, net_option
 from ..report import Column, OutputFile, Report, fmt_float, print_table
 
 
-def _shape(v: list) -> str:
+def _shape(v: Sequence[int]) -> str:
     return "x".join(str(x) for x in v)
 
 
@@ -36,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
 
 
-def net_row(net) -> dict:
+def net_row(net: Network) -> dict[str, Any]:
     s = net.summary()
     pub = net.published
     return {"name": s["net"], "layers": s["layers"], "params": s["params"], "size_mb": s["size_mb"],
@@ -46,7 +48,7 @@ def net_row(net) -> dict:
             "published_source": pub.get("source"), "description": s["description"], "origin": s["origin"]}
 
 
-def layer_rows(net) -> list[dict]:
+def layer_rows(net: Network) -> list[dict[str, Any]]:
     rows = []
     for i, spec in enumerate(net.layer_specs()):
         names = ["data" if j < 0 else net.layers[j].name for j in spec["inputs"]]
@@ -94,7 +96,7 @@ def csv_safe(report: Report) -> Report:
     import dataclasses
     import json
 
-    def cell(v):
+    def cell(v: Any) -> Any:  # one value of a row: any JSON
         if isinstance(v, (dict, list, tuple)):
             return json.dumps(v)
         return v
