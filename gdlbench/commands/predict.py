@@ -119,7 +119,8 @@ def normalise_algo_or_none(algo: str) -> str | None:
         return None
 
 
-def comm_model_from_args(args: argparse.Namespace | SimpleNamespace, phases_doc_fit: dict | None = None,
+def comm_model_from_args(args: argparse.Namespace | SimpleNamespace,
+                         phases_doc_fit: dict[str, Any] | list[Any] | None = None,
                          load: Callable[[str, str], Any] = read_json) -> CommModel:
     # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
     algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
@@ -241,14 +242,14 @@ class Evaluation:
 
     net: Network
     phases: Phases
-    comm: CommModel
+    comm: CommModel | cluster.Cluster  # the cluster (scaled by --link-scale) when predicting one
     strategies: list[Strategy]
     workers: list[int]
-    rows: list[dict]
-    summary: dict
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
     dtype_bytes: int
     compress: Compression | None
-    two_level: Any = None  # a gdlbench.cluster.Cluster, when predicting a two-level cluster
+    two_level: cluster.Cluster | None = None  # the cluster as given, when predicting a two-level cluster
 
     def prediction(self, strategy: Strategy, workers: int) -> Prediction:
         return predict_iteration(self.net, self.phases, self.comm, strategy, workers, self.dtype_bytes,
@@ -352,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
                     rows=rows, summary=ev.summary,
                     notes=["strategies are stated assumptions, not exact reproductions of the frameworks"]
-                    + ([comm.note] if getattr(comm, "note", "") else [])
+                    + ([comm.note] if isinstance(comm, CommModel) and comm.note else [])
                     + ([f"{lv} link {k.name}: {k.source}" for lv, k in (("intra-node", two_level.intra),
                                                                         ("inter-node", two_level.inter))]
                        if two_level else []))
@@ -361,13 +362,18 @@ def run(args: argparse.Namespace) -> int:
     what_if = [f"{k} {v}" for k, v in (("grad-dtype", args.grad_dtype if args.grad_dtype != "float32" else None),
                                        ("compress", args.compress), ("link-scale", args.link_scale),
                                        ("io-threads", args.io_threads), ("overlap", args.overlap)) if v]
+    if two_level:
+        comm_text = (f"comm: two-level cluster, {two_level.describe()}, algorithm {two_level.algo} unless the "
+                     f"strategy names one ({two_level.source}); ")
+    else:
+        assert isinstance(comm, CommModel)  # without a cluster, evaluate() made a CommModel
+        comm_text = (f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
+                     f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B "
+                     f"({comm.source}); ")
     caption = (f"{net.name}, batch {phases.batch} per worker; phases from {phases.source} "
                f"(t_f {phases.forward_us / 1e3:.2f} ms, t_b {phases.backward_us / 1e3:.2f} ms, "
                f"t_io {phases.io_us / 1e3:.2f}, t_h2d {phases.h2d_us / 1e3:.2f}, t_u {phases.update_us / 1e3:.2f} ms); "
-               + (f"comm: two-level cluster, {two_level.describe()}, algorithm {two_level.algo} unless the strategy "
-                  f"names one ({two_level.source}); " if two_level else
-                  f"comm {comm.algo} (formula {comm.formula}): alpha {comm.alpha_us:.3g} us, "
-                  f"beta {comm.beta_us_per_byte:.3g} us/B, gamma {comm.gamma_us_per_byte:.3g} us/B ({comm.source}); ")
+               + comm_text
                + f"gradients {net.param_bytes(ev.dtype_bytes):,} B {args.grad_dtype}; speedup = N t(1)/t(N); "
                  "images/s in total" + (f"; what-if: {', '.join(what_if)}" if what_if else ""))
     print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption)
