@@ -6,20 +6,44 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict
 
 from .. import collectives as C
 from .. import costmodel, env
-from .._native import MPI
+from .._native import MPI, _core
 from ..cli import common_options, one_line
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, fmt_float, print_table
+from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
 from ..units import SIZE_CONVENTION, format_bytes, parse_size, split_list
 
 MAX_ROWS = 4096
 
 
-def _list(text: str, allowed: tuple[str, ...], what: str, alias=lambda x: x) -> list[str]:
+class Plan(TypedDict):
+    """What a sweep runs, from the options (checked the same on every rank)."""
+
+    sizes: list[int]
+    dtypes: list[str]
+    ops: list[str | None]  # [None]: a collective that does not reduce
+    algos: list[str]
+    combos: list[tuple[str, str | None, str]]  # (dtype, op, algo) rows to run
+    waived: list[C.WaivedRow]
+    modes: tuple[bool, ...]  # in place or not
+    backend: str
+    backend_why: str
+    servers: int
+    root: int
+    fit: bool
+    fit_min: int
+    fit_regimes: int
+    rotate: int
+    json: OutputFile | None
+    csv: OutputFile | None
+
+
+def _list(text: str, allowed: tuple[str, ...], what: str, alias: Callable[[str], str] = lambda x: x) -> list[str]:
     """The items of a comma list, each in `allowed` (after `alias`), or every one for "all"."""
     items = [alias(x) for x in split_list(text, what)]
     if items == ["all"]:
@@ -35,7 +59,7 @@ def _short_algo(name: str) -> str:
     return costmodel.canonical(name) if costmodel.known(name) else name
 
 
-def make(collective: str):
+def make(collective: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
     """The (add_arguments, run) pair of one collective's subcommand."""
     kind = C.kind(collective)
 
@@ -134,19 +158,20 @@ def sweep_sizes(args: argparse.Namespace) -> list[int]:
     return sizes
 
 
-def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
+def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
     kind = C.kind(collective)
     sizes = sweep_sizes(args)
     dtypes = _list(args.dtype, C.DTYPES, "--dtype")
-    ops = _list(args.op, C.OPS, "--op") if kind.reduces else [None]
+    ops: list[str | None] = [*_list(args.op, C.OPS, "--op")] if kind.reduces else [None]
     algos = (_list(args.algo, kind.algos, "--algo", _short_algo) if len(kind.algos) > 1
              else list(kind.algos))
-    servers = getattr(args, "servers", 1)
-    root = getattr(args, "root", 0)
-    mode = getattr(args, "mode", "in")
+    servers: int = getattr(args, "servers", 1)
+    root: int = getattr(args, "root", 0)
+    mode: str = getattr(args, "mode", "in")
     modes = (True,) if kind.rooted else {"both": (False, True), "out": (False,), "in": (True,)}[mode]
     backend, why = C.resolve_backend(args.backend, args.device)
-    combos, waived = [], []
+    combos: list[tuple[str, str | None, str]] = []
+    waived: list[C.WaivedRow] = []
     for dtype in dtypes:
         for op in ops:
             for algo in algos:
@@ -159,7 +184,7 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
     if not combos:
         raise UsageError(f"nothing to run: {waived[0].waived}")
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
-    fit = getattr(args, "fit", False)
+    fit: bool = getattr(args, "fit", False)
     fit_min = 0
     if kind.fits and str(args.fit_min).strip() != "0":
         fit_min = parse_size(args.fit_min, "--fit-min")
@@ -177,19 +202,19 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> dict:
             "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "json": json_out, "csv": csv_out}
 
 
-def _check_memory(collective: str, plan: dict, nranks: int, comm) -> None:
+def _check_memory(collective: str, plan: Plan, nranks: int, comm: MPI.Comm) -> None:
     """Host buffers of the largest row times the ranks on this node must fit; rank 0 decides."""
     if plan["backend"] != "mpi":
         return
     biggest = max(max(plan["sizes"]), plan["rotate"])  # bytes of one buffer (pool, when rotating)
     per_rank = C.kind(collective).host_buffers * biggest
     need = per_rank * env.local_ranks()
-    available = None
+    local = None
     if env.rank() == 0:
         from ..hostmem import host_available
 
-        available = host_available()
-    available = comm.bcast(available, root=0)
+        local = host_available()
+    available: int = comm.bcast(local, root=0)
     if need > available:
         raise UsageError(f"the largest row needs {format_bytes(need)} of host memory on this node "
                          f"({env.local_ranks()} ranks), {format_bytes(available)} available")
@@ -218,8 +243,8 @@ def _columns(collective: str, modes: tuple[bool, ...]) -> list[Column]:
     return cols
 
 
-def _table_rows(results: list[C.CollectiveResult], waived: list[C.WaivedRow]) -> list[dict]:
-    merged: dict[tuple, dict] = {}
+def _table_rows(results: list[C.CollectiveResult], waived: list[C.WaivedRow]) -> list[dict[str, Any]]:
+    merged: dict[tuple[int, str, str | None, str], dict[str, Any]] = {}
     for r in results:
         key = (r.size_bytes, r.dtype, r.op, r.algo)
         row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
@@ -232,7 +257,7 @@ def _table_rows(results: list[C.CollectiveResult], waived: list[C.WaivedRow]) ->
     return list(merged.values()) + [{"dtype": w.dtype, "op": w.op, "algo": f"{w.algo} (waived)"} for w in waived]
 
 
-def table(results: list) -> tuple[list[Column], list[dict]]:
+def table(results: Sequence[C.CollectiveResult | C.WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
     """The nccl-tests table: out-of-place and in-place side by side, then the waived rows
     (gdlbench.Compare's hook)."""
     measured = [r for r in results if isinstance(r, C.CollectiveResult)]
@@ -241,12 +266,12 @@ def table(results: list) -> tuple[list[Column], list[dict]]:
     return _columns(results[0].collective, modes), _table_rows(measured, waived)
 
 
-def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
+def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) -> int:
     nranks = comm.Get_size()
     is_root = env.rank() == 0
     env.local_ranks()  # collective (Split_type), cached: env.collect() on rank 0 alone must not call it first
     if plan["backend"] == "mpi":
-        C._core.keep_freed_memory(1 << 30)
+        _core.keep_freed_memory(1 << 30)
     combos = plan["combos"]
     total = len(combos) * len(plan["sizes"]) * len(plan["modes"])
     progress = Progress(total, collective, enabled=is_root)
@@ -312,7 +337,7 @@ def _run(collective: str, args: argparse.Namespace, plan: dict, comm) -> int:
     return 0
 
 
-def _fit(results, plan, comm):
+def _fit(results: list[C.CollectiveResult], plan: Plan, comm: MPI.Comm) -> tuple[list[C.AlphaBetaFit], str | None]:
     gamma = None
     gamma_note = None
     if plan["backend"] == "mpi":
@@ -333,7 +358,8 @@ def _fit(results, plan, comm):
     return fits, gamma_note
 
 
-def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
+def _fit_levels(args: argparse.Namespace, plan: Plan, comm: MPI.Comm, results: list[C.CollectiveResult],
+                fits: list[C.AlphaBetaFit], progress: Progress) -> dict[str, Any]:
     """The two-level fit: the same sweep (library all-reduce, first dtype and op, in place if
     asked) on every node's ranks at once (intra), then among the first rank of each node alone
     (inter: the link with nobody else on it), each fitted on its own. With several ranks per node,
@@ -344,13 +370,13 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     one-level model (the whole communicator's library fit for every pair of ranks)."""
     from .. import cluster
 
-    node, cross = C._core.level_comms(comm)
+    node, cross = _core.level_comms(comm)
     topo = env.topology(comm)
     dtype, op = plan["dtypes"][0], plan["ops"][0]
     mode = True if True in plan["modes"] else plan["modes"][0]
     gamma = next((f.gamma_us_per_byte for f in fits if f.gamma_us_per_byte is not None), None)
-    out: dict = {}
-    leader = C._core.topology(comm)["local_rank"] == 0
+    out: dict[str, Any] = {}
+    leader = _core.topology(comm)["local_rank"] == 0
     several = (topo["min_ranks_per_node"] or 1) > 1
     sweeps = (("intra", node, "library", True, "every node's ranks at once (MPI_Comm_split_type or --ranks-per-node)"),
               ("intra_rsag", node, "hier", True, "every node's ranks at once, reduce-scatter + all-gather as hier "
@@ -363,7 +389,7 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
             continue  # one rank per node: the same as intra's and inter's
         # hier's reduce-scatter + all-gather run from HIER_LEADER_BELOW_BYTES; below it, its leader variant
         fit_min = max(plan["fit_min"], costmodel.HIER_LEADER_BELOW_BYTES) if algo == "hier" else plan["fit_min"]
-        rows = []
+        rows: list[C.CollectiveResult] = []
         if level == "inter_shared":
             # Started together on every call: left to their own pace, the all-reduces of the local
             # ranks drift apart and overlap only partly (at 1 Gbit/s, 1.1-1.8 x one alone where
@@ -400,7 +426,7 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     per_node = topo["ranks_per_node"] or topo["min_ranks_per_node"]
     model = cluster.from_fit_levels(out, topo["nodes"], per_node, "this run's two-level fit")
     flat = next((f for f in fits if f.algo == "library"), fits[0] if fits else None)
-    points = []
+    points: list[dict[str, Any]] = []
     for r in results:
         if r.dtype != dtype or r.op != op or r.algo not in ("library", "ring", "hier", "rd", "tree"):
             continue
@@ -416,12 +442,12 @@ def _fit_levels(args, plan, comm, results, fits, progress) -> dict:
     return out
 
 
-def _median_errors(points: list[dict]) -> dict:
+def _median_errors(points: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     """Per algorithm, from 64 KiB up: the median |error| of each model and its worst (a median
     over the sizes hides a range of sizes priced far off)."""
     import statistics
 
-    out = {}
+    out: dict[str, dict[str, float | None]] = {}
     for algo in dict.fromkeys(p["algo"] for p in points):
         sel = [p for p in points if p["algo"] == algo and p["size_bytes"] >= 65536]
         if not sel:
@@ -433,7 +459,7 @@ def _median_errors(points: list[dict]) -> dict:
     return out
 
 
-def _print_levels(levels: dict) -> None:
+def _print_levels(levels: dict[str, Any]) -> None:
     rows = []
     for level in ("intra", "intra_rsag", "inter", "inter_shared"):
         f = levels.get(level)
@@ -465,7 +491,8 @@ def _print_levels(levels: dict) -> None:
               f"(worst {100 * e['two_level_worst']:.1f} %), flat {flat}")
 
 
-def _print(collective, args, plan, results, fits, report, nranks):
+def _print(collective: str, args: argparse.Namespace, plan: Plan, results: list[C.CollectiveResult],
+           fits: list[C.AlphaBetaFit], report: Report, nranks: int) -> None:
     title = (f"gdlbench {collective} ({plan['backend']}, {nranks} rank{'s' if nranks > 1 else ''}; "
              f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
     caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
