@@ -28,10 +28,10 @@ import math
 import os
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from . import __version__, env
 from .collectives import fit_sweep_for_messages
@@ -40,6 +40,9 @@ from .iteration import default_batch
 from .network import load_network
 from .paths import write_atomic
 from .strategies import Strategy, get_strategies
+
+if TYPE_CHECKING:
+    from .commands.predict import Evaluation
 
 INDEX = "study.json"
 FORMAT = 1
@@ -82,11 +85,11 @@ class Config:
     def net_spec(self, name: str) -> str:
         return self.net_specs.get(name, name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dict(vars(self))
 
     @classmethod
-    def from_dict(cls, doc: dict) -> Config:
+    def from_dict(cls, doc: Mapping[str, Any]) -> Config:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in doc.items() if k in known})
 
@@ -312,7 +315,7 @@ def _run_command(argv: list[str], root: Path, log: Path | None) -> None:
         write_atomic(log, out.getvalue())
 
 
-def provenance(argv: list[str]) -> dict:
+def provenance(argv: list[str]) -> dict[str, str | int]:
     """How this study was launched: command line, launcher, ranks, host."""
     import platform
 
@@ -327,13 +330,13 @@ def provenance(argv: list[str]) -> dict:
 
 
 def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
-              say: Callable[[str], None]) -> dict:
+              say: Callable[[str], None]) -> dict[str, Any]:
     """Measure the pending cells (every rank), then analyse and write the report (rank 0).
     Returns the index on rank 0 ({} elsewhere)."""
     comm = env.world()
     is_root = comm.Get_rank() == 0
     cells = plan_cells(cfg)
-    index: dict = {}
+    index: dict[str, Any] = {}
     pending: list[str] = []
     if is_root:
         index = _load_index(root) if resume else {}
@@ -396,7 +399,7 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
     return index
 
 
-def _load_index(root: Path) -> dict:
+def _load_index(root: Path) -> dict[str, Any]:
     try:
         doc = json.loads((root / INDEX).read_text())
     except (OSError, ValueError) as exc:
@@ -437,7 +440,7 @@ def _load(path: str, option: str) -> Any:
     return _read_cached(os.path.abspath(path), option, mtime)
 
 
-def _evaluate(root: Path, argv: list[str]):
+def _evaluate(root: Path, argv: list[str]) -> Evaluation:
     """`gdlbench predict ARGV` evaluated in the study directory (no output)."""
     from .commands.predict import evaluate
 
@@ -469,15 +472,24 @@ def _comm_argv(cfg: Config, strategy: Strategy) -> list[str]:
     return ["--from", "cells/allreduce-fit.json", "--algo", _strategy_algo(strategy)]
 
 
-def breakdown_of(pred: dict) -> dict[str, float]:
+def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
     return {"io": pred["io_exposed_us"], "h2d": pred["h2d_us"], "forward": pred["forward_us"],
             "backward": pred["backward_us"], "comm": pred["comm_exposed_us"], "update": pred["update_us"]}
 
 
-def measured_breakdown(tl: dict) -> dict[str, float]:
+class _Span(TypedDict):
+    """A span of an iteration's timeline, as gdlbench.iteration and gdlbench.model write them."""
+
+    lane: str
+    name: str
+    start_us: float
+    end_us: float
+
+
+def measured_breakdown(tl: Mapping[str, Any]) -> dict[str, float]:
     """Exposed time of each phase in a measured iteration (its spans, as the executor traced them;
     the prefetch thread's read of the next batch is hidden, the wait for it is not)."""
-    spans = tl["timeline"]
+    spans: list[_Span] = tl["timeline"]
 
     def lane_end(lane: str) -> float:
         return max((s["end_us"] for s in spans if s["lane"] == lane), default=0.0)
@@ -499,7 +511,7 @@ def bound_by(parts: dict[str, float]) -> tuple[str, float]:
     return name, 100.0 * groups[name] / total
 
 
-def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
+def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict[str, Any]:
     strategies = get_strategies(",".join(cfg.strategies))
     encode = None
     comp_doc = json.loads((root / "cells/compress.json").read_text())
@@ -519,7 +531,7 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
                                                    "link_gbs", "median_rel_error")},
                         "regimes": len(f.get("regimes") or []) or 1}
                        for f in fits]
-    nets = {}
+    nets: dict[str, dict[str, Any]] = {}
     for net_name in cfg.nets:
         nets[net_name] = analyse_net(root, cfg, net_name, strategies, encode)
     return {"nets": nets, "fit": fit_summary, "compress": {"ratio": cfg.compress_ratio,
@@ -533,14 +545,15 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict:
                       "differs from the median by the run's spread"]}
 
 
-def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strategy], encode: float | None) -> dict:
+def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strategy],
+                encode: float | None) -> dict[str, Any]:
     phases_file = f"cells/iteration-{net_name}.json"
     doc = json.loads((root / phases_file).read_text())
     summary = doc["summary"]
     n_meas = cfg.world_size
     workers = ",".join(str(n) for n in cfg.workers)
     # Predictions per strategy, each from the fit of the algorithm the executor sends it with.
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     commands: dict[str, str] = {}
     base_argv: dict[str, list[str]] = {}
     for s in strategies:
@@ -600,8 +613,8 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency")}
 
 
-def what_ifs(root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int, summary: dict,
-             encode: float | None) -> dict:
+def what_ifs(root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int,
+             summary: Mapping[str, Any], encode: float | None) -> dict[str, Any]:
     """The predicted gain of each change that applies to the winning strategy at n workers,
     ranked; each with the `gdlbench predict` command that shows it."""
     base = [*base, "--workers", str(n)]
@@ -637,7 +650,7 @@ def what_ifs(root: Path, cfg: Config, net_name: str, winner: Strategy, base: lis
     if summary.get("io_threads"):
         options.append((f"twice the I/O threads ({2 * summary['io_threads']})",
                         ["--io-threads", str(2 * summary["io_threads"])]))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, extra in options:
         if extra and extra[0].startswith("@"):
             mib = int(extra[0][1:])
