@@ -8,15 +8,47 @@ matplotlib is imported only when a plot is drawn."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import UsageError
 
 PHASE_COLOURS = {"io": "#8c8c8c", "h2d": "#bcbd22", "forward": "#1f77b4", "backward": "#ff7f0e",
                  "comm": "#d62728", "wait": "#e8a3a3", "update": "#2ca02c"}
 LANES = ("io", "h2d", "forward", "backward", "comm", "wait", "update")  # wait: for the last messages (a trace's)
+
+# A span {"lane", "name", "start_us", "end_us"} or a row of model.predict_scaling (JSON-like dicts)
+Span = Mapping[str, Any]
+Row = Mapping[str, Any]
+
+
+class Breakdown(Protocol):
+    """What plot_breakdown reads of a model.Prediction."""
+
+    @property
+    def strategy(self) -> str: ...
+
+    def breakdown(self) -> dict[str, float]: ...
+
+
+Bar = Breakdown | tuple[str, Mapping[str, float]]  # a Prediction, or (label, {phase: us})
+
+
+class Timeline(Protocol):
+    """What plot_timeline reads: a model.Prediction, or a measured iteration in the same shape."""
+
+    @property
+    def timeline(self) -> Sequence[Span]: ...
+
+    @property
+    def t_iter_us(self) -> float: ...
+
+    @property
+    def comm_us(self) -> float: ...
+
+    @property
+    def comm_exposed_us(self) -> float: ...
 
 
 def require_matplotlib() -> Any:
@@ -35,19 +67,19 @@ def _unit(max_us: float) -> tuple[float, str]:
     return (1e3, "ms") if max_us >= 2e3 else (1.0, "us")
 
 
-def _bars(items: Sequence[Any]) -> list[tuple[str, dict[str, float]]]:
+def _bars(items: Sequence[Bar]) -> list[tuple[str, dict[str, float]]]:
     out = []
     for item in items:
-        if hasattr(item, "breakdown"):  # a model.Prediction
-            out.append((item.strategy, item.breakdown()))
-        elif isinstance(item, tuple) and len(item) == 2:  # (label, {phase: us}), e.g. a measurement
+        if isinstance(item, tuple) and len(item) == 2:  # (label, {phase: us}), e.g. a measurement
             out.append((str(item[0]), {k: float(v) for k, v in item[1].items()}))
+        elif hasattr(item, "breakdown"):  # a model.Prediction
+            out.append((item.strategy, item.breakdown()))
         else:
             raise UsageError(f"plot_breakdown: expected Predictions or (label, {{phase: us}}), got {item!r}")
     return out
 
 
-def plot_breakdown(predictions: Sequence[Any], path: str | Path, title: str = "predicted phases") -> Path:
+def plot_breakdown(predictions: Sequence[Bar], path: str | Path, title: str = "predicted phases") -> Path:
     """Stacked bars, one per item: a Prediction (its exposed io, h2d, forward, backward, comm,
     update) or a (label, {phase: time_us}) pair, e.g. a measured iteration beside the model's."""
     plt = require_matplotlib()
@@ -77,7 +109,7 @@ def plot_breakdown(predictions: Sequence[Any], path: str | Path, title: str = "p
     return _save(fig, plt, path)
 
 
-def plot_timeline(prediction: Any, path: str | Path, title: str = "one iteration") -> Path:
+def plot_timeline(prediction: Timeline, path: str | Path, title: str = "one iteration") -> Path:
     """One iteration of a model.Prediction: lanes io, h2d, forward, backward, comm, update."""
     subtitle = (f"comm {prediction.comm_us / 1e3:.1f} ms, exposed {prediction.comm_exposed_us / 1e3:.1f} ms"
                 if prediction.t_iter_us >= 2e3 else
@@ -85,14 +117,14 @@ def plot_timeline(prediction: Any, path: str | Path, title: str = "one iteration
     return plot_spans(prediction.timeline, path, title=f"{title}: {subtitle}", t_iter_us=prediction.t_iter_us)
 
 
-def plot_spans(spans: Sequence[dict], path: str | Path, title: str = "one iteration",
+def plot_spans(spans: Sequence[Span], path: str | Path, title: str = "one iteration",
                t_iter_us: float | None = None) -> Path:
     """Spans {"lane", "name", "start_us", "end_us"} (a Prediction's timeline, or a measured
     iteration's in the same shape) as one bar each in its lane; t_iter_us draws the end line."""
     return plot_timelines([(title, spans, t_iter_us)], path)
 
 
-def plot_timelines(items: Sequence[tuple[str, Sequence[dict], float | None]], path: str | Path,
+def plot_timelines(items: Sequence[tuple[str, Sequence[Span], float | None]], path: str | Path,
                    title: str | None = None) -> Path:
     """One panel per (title, spans, t_iter_us), on one time axis: e.g. one measured iteration per
     strategy, one above the other."""
@@ -114,12 +146,12 @@ def plot_timelines(items: Sequence[tuple[str, Sequence[dict], float | None]], pa
     return _save(fig, plt, path)
 
 
-def _lanes(spans: Sequence[dict]) -> list[str]:
+def _lanes(spans: Sequence[Span]) -> list[str]:
     lanes = [lane for lane in LANES if any(s["lane"] == lane for s in spans)]
     return lanes + sorted({s["lane"] for s in spans} - set(lanes))
 
 
-def _draw_spans(ax: Any, spans: Sequence[dict], lanes: list[str], scale: float, unit: str, end: float,
+def _draw_spans(ax: Any, spans: Sequence[Span], lanes: list[str], scale: float, unit: str, end: float,
                 t_iter_us: float | None) -> None:
     for row, lane in enumerate(lanes):
         y = len(lanes) - 1 - row
@@ -145,15 +177,15 @@ def _draw_spans(ax: Any, spans: Sequence[dict], lanes: list[str], scale: float, 
     ax.grid(axis="x", alpha=0.3)
 
 
-def plot_scaling(rows: Sequence[dict], path: str | Path, metric: str = "speedup",
+def plot_scaling(rows: Sequence[Row], path: str | Path, metric: str = "speedup",
                  title: str = "predicted scaling") -> Path:
     """rows from model.predict_scaling: metric speedup, throughput (images/s) or efficiency
     against N per strategy, log-log for speedup/throughput, with the ideal line."""
     return plot_scaling_panels(rows, path, metrics=(metric,), title=title)
 
 
-def plot_scaling_panels(rows: Sequence[dict], path: str | Path, metrics: Sequence[str] = ("throughput", "efficiency"),
-                        measured: Sequence[dict] = (), title: str = "predicted scaling") -> Path:
+def plot_scaling_panels(rows: Sequence[Row], path: str | Path, metrics: Sequence[str] = ("throughput", "efficiency"),
+                        measured: Sequence[Row] = (), title: str = "predicted scaling") -> Path:
     """One panel per metric, side by side; `measured` rows ({"strategy", "workers", metric keys})
     drawn as large open markers apart from the predicted lines."""
     plt = require_matplotlib()
@@ -174,7 +206,7 @@ def plot_scaling_panels(rows: Sequence[dict], path: str | Path, metrics: Sequenc
     return _save(fig, plt, path)
 
 
-def _draw_scaling(ax: Any, rows: Sequence[dict], metric: str, measured: Sequence[dict]) -> None:
+def _draw_scaling(ax: Any, rows: Sequence[Row], metric: str, measured: Sequence[Row]) -> None:
     key = {"speedup": "speedup", "throughput": "images_per_s", "efficiency": "efficiency"}.get(metric)
     if key is None:
         raise UsageError(f"plot_scaling: metric must be speedup, throughput or efficiency, got {metric!r}")

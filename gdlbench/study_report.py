@@ -10,6 +10,7 @@ import base64
 import html
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,15 @@ class Items:
     ordered: bool = False
 
 
+Block = Heading | Para | Table | Image | Commands | Items
+
+
 @dataclass
 class Doc:
     title: str
-    blocks: list[Any] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
 
-    def add(self, *blocks: Any) -> None:
+    def add(self, *blocks: Block) -> None:
         self.blocks.extend(blocks)
 
 
@@ -206,7 +210,7 @@ def _ips(value: float | None, src: str) -> Num:
     return Num(value, src, "{:,.1f}" if value is not None and value < 1e4 else "{:,.0f}")
 
 
-def build_document(index: dict) -> Doc:
+def build_document(index: Mapping[str, Any]) -> Doc:
     cfg, an, env, prov = index["config"], index["analysis"], index.get("env", {}), index.get("provenance", {})
     n_meas = cfg["world_size"]
     doc = Doc(f"gdlbench study: {', '.join(cfg['nets'])} on {n_meas} rank(s), {cfg['device']}")
@@ -258,7 +262,8 @@ def build_document(index: dict) -> Doc:
     return doc
 
 
-def _provenance(doc: Doc, index: dict, cfg: dict, env: dict, prov: dict) -> None:
+def _provenance(doc: Doc, index: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[str, Any],
+                prov: Mapping[str, Any]) -> None:
     doc.add(Heading(2, "Machine, versions and how to reproduce", "provenance"))
     items = [("CPU", f"{env.get('cpu', '?')}, {env.get('cpu_cores', '?')} usable cores"),
              ("platform", env.get("platform", "?")), ("Python", env.get("python", "?")),
@@ -284,7 +289,7 @@ def _provenance(doc: Doc, index: dict, cfg: dict, env: dict, prov: dict) -> None
     doc.add(Table(["cell", "state", "time", "JSON"], rows))
 
 
-def _fit(doc: Doc, an: dict) -> None:
+def _fit(doc: Doc, an: Mapping[str, Any]) -> None:
     doc.add(Heading(2, "Communication: the alpha-beta fit and the encode cost", "fit"))
     if an.get("fit"):
         rows = []
@@ -306,7 +311,7 @@ def _fit(doc: Doc, an: dict) -> None:
                   " per dense byte, measured by ", Code("gdlbench compress"), " (cells/compress.json)."]))
 
 
-def _net_section(doc: Doc, net: str, na: dict, cfg: dict) -> None:
+def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
     base = f"/analysis/nets/{net}"
     doc.add(Heading(2, f"{net}: batch {na['batch']} per worker", net))
     n = na["measured_workers"]
@@ -357,7 +362,7 @@ def _net_section(doc: Doc, net: str, na: dict, cfg: dict) -> None:
                       _ips(w["base_images_per_s"], f"{p}/base_images_per_s"), " images/s (",
                       _ms(w["base_t_iter_us"], f"{p}/base_t_iter_us"), " per iteration; ",
                       Code(w["base_command"]), ")"]))
-        items = []
+        items: list[list[Part]] = []
         for j, r in enumerate(w["ranked"]):
             q = f"{p}/ranked/{j}"
             items.append([_pct(r["gain_pct"], f"{q}/gain_pct"), f" {r['what']}: ",
@@ -365,8 +370,8 @@ def _net_section(doc: Doc, net: str, na: dict, cfg: dict) -> None:
         doc.add(Items(items, ordered=True))
         if w.get("bucket_sweep"):
             doc.add(Table(["bucket"] + [f"{b['bucket_mib']} MiB" for b in w["bucket_sweep"]],
-                          [["images/s"] + [_ips(b["images_per_s"], f"{p}/bucket_sweep/{i}/images_per_s")
-                                           for i, b in enumerate(w["bucket_sweep"])]],
+                          [["images/s", *(_ips(b["images_per_s"], f"{p}/bucket_sweep/{i}/images_per_s")
+                                          for i, b in enumerate(w["bucket_sweep"]))]],
                           "the bucket sweep behind the fusion line"))
 
 
@@ -374,7 +379,7 @@ def _net_section(doc: Doc, net: str, na: dict, cfg: dict) -> None:
 # Figures and files
 
 
-def draw_figures(root: Path, index: dict) -> list[str]:
+def draw_figures(root: Path, index: Mapping[str, Any]) -> list[str]:
     an = index["analysis"]
     made = []
     (root / "img").mkdir(exist_ok=True)
@@ -423,7 +428,7 @@ def shrink_png(path: Path) -> None:
     write_atomic(path, buf.getvalue())
 
 
-def write_report(root: Path, index: dict) -> dict:
+def write_report(root: Path, index: Mapping[str, Any]) -> dict[str, Any]:
     """Figures, report.html and report.md; returns what was written (for the index)."""
     images = draw_figures(root, index)
     doc = build_document(index)
