@@ -252,6 +252,26 @@ def test_predict_on_presets_and_on_a_cluster_file(tmp_path):
     assert p.returncode == 0 and "ib-ndr" in p.stdout and "IEEE 802.3ba" in p.stdout
 
 
+def test_predict_cluster_link_scale_shows_the_link_it_priced(tmp_path):
+    """--link-scale on a cluster scales its inter-node link: the link line, the notes and the JSON
+    say so, and the intra-node link stays as given."""
+    ph = _phases_file(tmp_path)
+    base = ["predict", "--phases", str(ph), "--nodes", "4", "--per-node", "8", "--intra", "nvlink4",
+            "--inter", "10:25", "--strategy", "wfbp"]
+    out = tmp_path / "p.json"
+    p = run_cli(*base, "--link-scale", "2:0.5", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "inter-node link 10:25: 50 GB/s, alpha 5 us." in p.stdout, p.stdout
+    assert "inter-node link scaled: bandwidth x 2, latency x 0.5" in p.stdout
+    doc = _doc(out)
+    assert doc["summary"]["comm_model"]["inter"]["gbs"] == 50
+    assert doc["summary"]["comm_model"]["intra"]["name"] == "nvlink4"
+    assert any("inter-node link scaled" in n for n in doc["notes"])
+    plain = tmp_path / "q.json"
+    assert run_cli(*base, "--json", str(plain)).returncode == 0
+    assert _doc(plain)["rows"][-1]["t_iter_us"] > doc["rows"][-1]["t_iter_us"]  # a faster link, a faster iteration
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--per-node", "8", "--intra", "nvlink4"], "--inter"),
     (["--per-node", "8", "--intra", "nvlink9", "--inter", "ib-hdr"], "unknown preset"),

@@ -249,7 +249,6 @@ class Evaluation:
     summary: dict[str, Any]
     dtype_bytes: int
     compress: Compression | None
-    two_level: cluster.Cluster | None = None  # the cluster as given, when predicting a two-level cluster
 
     def prediction(self, strategy: Strategy, workers: int) -> Prediction:
         return predict_iteration(self.net, self.phases, self.comm, strategy, workers, self.dtype_bytes,
@@ -318,7 +317,7 @@ def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_js
     }
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
-    return Evaluation(net, phases, comm, strategies, workers, rows, summary, dtype_bytes, compress, two_level)
+    return Evaluation(net, phases, comm, strategies, workers, rows, summary, dtype_bytes, compress)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
 
         require_matplotlib()
     ev = evaluate(args)
-    two_level = ev.two_level
+    # the cluster as priced (its inter-node link scaled by --link-scale), for every line that shows it
+    two_level = ev.comm if isinstance(ev.comm, cluster.Cluster) else None
     net, phases, comm, strategies, workers, rows = ev.net, ev.phases, ev.comm, ev.strategies, ev.workers, ev.rows
     timeline_strategy = None
     if args.plot_timeline:
@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
                     + ([comm.note] if isinstance(comm, CommModel) and comm.note else [])
                     + ([f"{lv} link {k.name}: {k.source}" for lv, k in (("intra-node", two_level.intra),
                                                                         ("inter-node", two_level.inter))]
-                       if two_level else []))
+                       + list(two_level.notes) if two_level else []))
     if not is_root:
         return 0
     what_if = [f"{k} {v}" for k, v in (("grad-dtype", args.grad_dtype if args.grad_dtype != "float32" else None),
@@ -382,6 +382,8 @@ def run(args: argparse.Namespace) -> int:
         for level, k in (("intra-node", two_level.intra), ("inter-node", two_level.inter)):
             console.print(f"{level} link {escape(k.name)}: {k.gbs:.4g} GB/s, alpha {k.alpha_us:.3g} us. "
                           f"[dim]Source: {escape(k.source)}[/dim]", highlight=False)
+        for note in two_level.notes:
+            console.print(escape(note), highlight=False)
     console.print("strategies (stated assumptions, not exact reproductions of the frameworks):", highlight=False)
     for s in strategies:
         console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "
