@@ -60,8 +60,9 @@ done
   || { echo "emulated-cluster: --per-node must be a positive integer, got $per_node" >&2; exit 2; }
 [[ "$rate" =~ ^[0-9]+(\.[0-9]+)?[kmg]?bit$ ]] \
   || { echo "emulated-cluster: --rate must look like 1gbit, 10gbit, 500mbit; got $rate" >&2; exit 2; }
-[ "$tcp_cc" = host ] || grep -qwF -- "$tcp_cc" /proc/sys/net/ipv4/tcp_available_congestion_control \
-  || { echo "emulated-cluster: --tcp-cc $tcp_cc is not one of this kernel's: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control) (or host)" >&2; exit 2; }
+ccs=$(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null || true)
+[ "$tcp_cc" = host ] || { [[ "$tcp_cc" =~ ^[a-z0-9_]+$ ]] && [[ " $ccs " == *" $tcp_cc "* ]]; } \
+  || { echo "emulated-cluster: --tcp-cc $tcp_cc is not one of this kernel's: ${ccs:-none listed} (or host)" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "emulated-cluster: needs root (network namespaces)" >&2; exit 2; }
 command -v ip >/dev/null && command -v tc >/dev/null \
   || { echo "emulated-cluster: needs iproute2 (ip and tc)" >&2; exit 2; }

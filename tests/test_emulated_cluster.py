@@ -74,7 +74,7 @@ def test_cleans_up_after_a_failing_command():
 def test_bad_options_exit_2_and_make_nothing():
     before = _namespaces()
     for args in (["--nodes", "1", "--", "true"], ["--rate", "fast", "--", "true"], ["--nodes", "2"],
-                 ["--tcp-cc", "no-such-control", "--", "true"], ["--rate"]):
+                 ["--tcp-cc", "no-such-control", "--", "true"], ["--tcp-cc", "reno cubic", "--", "true"], ["--rate"]):
         p = _run(*args, timeout=60)
         assert p.returncode == 2 and "emulated-cluster:" in p.stderr, (args, p.stderr)
     assert _namespaces() == before
