@@ -340,3 +340,22 @@ def test_gpu_host_side_with_a_stand_in(monkeypatch, dtype, layout):
         conv(2, 4, 6, 5, 6, 3, 2, device="cuda", algo="fwd:FFT")
     with pytest.raises(gdlbench.UsageError, match="not available on cuda"):
         conv(2, 4, 6, 5, 6, 3, 2, device="cuda", dtype="float64")
+
+
+def test_gpu_host_side_a_missing_bias_gradient_fails_the_check(monkeypatch):
+    """run_cuda gives db None when the device returned none; with a bias that is a failed check
+    naming db, not a KeyError."""
+    class NoBiasGradient(_FakeCuda):
+        def conv_check(self, *args):
+            raw = super().conv_check(*args)
+            raw.pop("db", None)
+            return raw
+
+    conv_mod = sys.modules["gdlbench.conv"]
+    monkeypatch.setattr(conv_mod, "require_cuda", lambda: NoBiasGradient())
+    without = ConvShape(2, 4, 6, 5, 6, 3, 2, (1, 1), (1, 1), (1, 1), 1, False)
+    assert conv_mod.run_cuda(without, "float32", "nchw")["db"] is None
+    assert conv_mod.check_cuda(without, "float32", "nchw")["passed"]
+    with_bias = ConvShape(2, 4, 6, 5, 6, 3, 2, (1, 1), (1, 1), (1, 1), 1, True)
+    with pytest.raises(gdlbench.CheckFailed, match="no db"):
+        conv_mod.check_cuda(with_bias, "float32", "nchw")
