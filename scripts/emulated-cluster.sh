@@ -108,7 +108,8 @@ for ((i = 0; i < nodes; i++)); do
   ip -n "$sw" link set "${tag}s$i" up
   ip -n "$ns" addr add "10.213.0.$((i + 1))/24" dev "${tag}v$i"
   ip -n "$ns" link set "${tag}v$i" up
-  [ "$tcp_cc" = host ] || ip -n "$ns" route replace 10.213.0.0/24 dev "${tag}v$i" congctl "$tcp_cc"
+  [ "$tcp_cc" = host ] || ip -n "$ns" route replace 10.213.0.0/24 dev "${tag}v$i" congctl "$tcp_cc" \
+    || { echo "emulated-cluster: cannot set $tcp_cc on the node's route (--tcp-cc host keeps the host's)" >&2; exit 2; }
   ip -n "$ns" link set lo up
   shape "$ns" "${tag}v$i"
   shape "$sw" "${tag}s$i"
