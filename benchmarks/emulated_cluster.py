@@ -31,20 +31,23 @@ BIN = Path(sys.executable).parent
 GDL = str(BIN / "gdlbench")
 
 
-def emulated(nodes: int, per_node: int, rate: str, *cmd: str, timeout: float = 1800) -> None:
+def emulated(nodes: int, per_node: int, rate: str, *cmd: str, timeout: float = 1800) -> str:
+    """Runs cmd on the emulated cluster; returns the script's line that says how (link, TCP, cores)."""
     p = subprocess.run(["bash", str(SCRIPT), "--nodes", str(nodes), "--per-node", str(per_node), "--rate", rate,
                         "--mpiexec", str(BIN / "mpiexec"), "--", *cmd], capture_output=True, text=True,
                        timeout=timeout, cwd=tempfile.gettempdir())
     if p.returncode != 0:
         sys.exit(f"emulated run failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return next((ln for ln in p.stderr.splitlines() if ln.startswith("emulated-cluster:")), "")
 
 
 def allreduce_run(out: Path, layout: str, rate: str, args: argparse.Namespace) -> dict:
     nodes, per_node = (int(x) for x in layout.split("x"))
     path = out / f"allreduce-{layout}-{rate}.json"
-    emulated(nodes, per_node, rate, GDL, "allreduce", "--algo", "all", "--servers", str(nodes * per_node),
+    how = emulated(nodes, per_node, rate, GDL, "allreduce", "--algo", "all", "--servers", str(nodes * per_node),
              "-b", "8", "-e", args.max_size, "-f", str(args.factor), "--mode", "in", "-n", str(args.iters), "-w", "2",
              "--fit", "--fit-min", "64K", "--fit-regimes", str(args.regimes), "--json", str(path))
+    print(f"# {how}", flush=True)
     return json.loads(path.read_text())
 
 
