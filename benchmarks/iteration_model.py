@@ -7,7 +7,7 @@ run. Then `gdlbench predict`, fed that run's phases JSON and an alpha-beta fit f
 N-worker iteration again, its communication from the fit alone.
 
   python benchmarks/iteration_model.py [--ranks 1,2] [--nets alexnet,googlenet,resnet50]
-      [--strategy all] [--reps 5] [--iters 5] [--batch 8 | --batch alexnet=8,resnet50=1]
+      [--strategy all] [--reps 5] [--iters 10] [--batch 8 | --batch alexnet=8,resnet50=1]
       [--threads T] [--out DIR] [--explain] [--noise]
 
 Prints, per rank count, net and strategy: the composed run's median over the repetitions and
@@ -125,7 +125,9 @@ def main() -> None:
     ap.add_argument("--nets", default="alexnet,googlenet,resnet50")
     ap.add_argument("--strategy", default="all")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of every run (default 5)")
-    ap.add_argument("--iters", type=int, default=5, help="rounds per run (isolated, then composed; default 5)")
+    ap.add_argument("--iters", type=int, default=10,
+                    help="rounds per run (isolated, then composed; default 10: with 5, single errors of 5-6 %% at "
+                         "2-4 se, and rounds that stall, decided rows on the 2-core VM)")
     ap.add_argument("--batch", help="per-rank batch: N for every net, or net=N,... (default: the CPU default "
                                     "of each net, / ranks)")
     ap.add_argument("--threads", type=int, help="compute threads per rank (default: 2 cores / ranks)")
@@ -133,6 +135,8 @@ def main() -> None:
     ap.add_argument("--explain", action="store_true", help="first show the bias of passes repeated alone")
     ap.add_argument("--noise", action="store_true", help="only time the same iteration again and again (A/A), then stop")
     args = ap.parse_args()
+    if args.reps < 1 or args.iters < 1:
+        ap.error("--reps and --iters must be at least 1")
     out = Path(args.out or tempfile.mkdtemp(prefix="gdl-model-"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "dataset").mkdir(exist_ok=True)  # the JPEGs, generated once
