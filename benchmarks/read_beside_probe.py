@@ -38,7 +38,8 @@ def main() -> None:
         _core.set_compute_threads(args.threads)
         _core.keep_freed_memory(1 << 30)
         net = _core.Net(it.net.layer_specs(), it.batch)
-        reader = it._io_reader()
+        reader = it.io_reader()
+        assert reader is not None  # Iteration reads by default (io=True)
         comm = env.world()
 
         def run(prefetch: bool, warmup: int) -> dict:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from .model import Phases, Prediction, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
 from .strategies import Strategy, get_strategies
+
+if TYPE_CHECKING:
+    from .io import BatchReader
 
 # Per-device batch defaults: on a 2-core CPU the command ends in about a minute; on a GPU the
 # per-GPU batches of the study (Shi, Wang and Chu): AlexNet 1024, GoogLeNet 128, ResNet-50 64.
@@ -443,8 +446,9 @@ class Iteration:
             return 1.0
         return 0.0 if env.local_ranks() * self.threads >= env.usable_cores() else 1.0
 
-    def _io_reader(self) -> Any:
-        """The loader the iterations call, or None."""
+    def io_reader(self) -> BatchReader | None:
+        """The batch reader the iterations call (in line, or on the prefetch thread), or None without
+        --io. The caller closes it."""
         if not self.io:
             return None
         from .io import BatchReader, Dataset  # not `from . import io`: gdlbench.io is the function
@@ -465,7 +469,7 @@ class Iteration:
         else:
             net = _core.Net(specs, self.batch)
             clock = "steady-clock"
-        reader = self._io_reader()
+        reader = self.io_reader()
         io_fn = reader.read_next if reader else None
         plans = []
         for strategy in self.strategies:
