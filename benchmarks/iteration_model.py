@@ -126,8 +126,8 @@ def main() -> None:
     ap.add_argument("--strategy", default="all")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of every run (default 5)")
     ap.add_argument("--iters", type=int, default=10,
-                    help="rounds per run (isolated, then composed; default 10: with 5, single errors of 5-6 %% at "
-                         "2-4 se, and rounds that stall, decided rows on the 2-core VM)")
+                    help="rounds per run (isolated, then composed; default 10: with 5, on the 2-core VM, noise "
+                         "of 2-4 se and medians on stalled rounds decided single rows; RESULTS.md section 3)")
     ap.add_argument("--batch", help="per-rank batch: N for every net, or net=N,... (default: the CPU default "
                                     "of each net, / ranks)")
     ap.add_argument("--threads", type=int, help="compute threads per rank (default: 2 cores / ranks)")

@@ -447,8 +447,8 @@ class Iteration:
         return 0.0 if env.local_ranks() * self.threads >= env.usable_cores() else 1.0
 
     def io_reader(self) -> BatchReader | None:
-        """The batch reader the iterations call (in line, or on the prefetch thread), or None without
-        --io. The caller closes it."""
+        """The batch reader the iterations call (in line, or on the prefetch thread); None when the
+        iteration reads no data (io=False). The caller closes it."""
         if not self.io:
             return None
         from .io import BatchReader, Dataset  # not `from . import io`: gdlbench.io is the function
