@@ -45,7 +45,7 @@ from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
-from .model import Phases, Prediction, predict_iteration
+from .model import Phases, Prediction, Span, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
 from .strategies import Strategy, get_strategies
@@ -220,8 +220,9 @@ class StrategyRun:
         from .trace import iteration_spans
 
         t = self.trace
-        spans = [{"lane": sp["lane"], "name": sp["name"], "start_us": sp["start_us"], "end_us": sp["end_us"]}
-                 for sp in iteration_spans(t, layer_names, self.plan.layers) if sp["lane"] != "iteration"]
+        spans: list[Span] = [{"lane": sp["lane"], "name": sp["name"], "start_us": sp["start_us"],
+                              "end_us": sp["end_us"]}
+                             for sp in iteration_spans(t, layer_names, self.plan.layers) if sp["lane"] != "iteration"]
         times = phase_times(t)
         return SimpleNamespace(timeline=spans, t_iter_us=t["update_end_us"], comm_us=times["comm"],
                                comm_exposed_us=times["comm_exposed"])

@@ -51,7 +51,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from . import costmodel
 from .errors import UsageError
@@ -459,6 +459,27 @@ class Phases:
 # The model
 
 
+class Span(TypedDict):
+    """One span of an iteration's timeline, in microseconds from the iteration's start: what the
+    model predicts (Prediction.timeline) and what the executor traced (gdlbench.trace) alike."""
+
+    lane: str  # io, h2d, forward, backward, comm, update (and a trace's wait)
+    name: str
+    start_us: float
+    end_us: float
+
+
+class MessageSpan(Span):
+    """A message's span on the model's comm lane, with its size."""
+
+    bytes: int
+
+
+def message_label(layers: Sequence[str]) -> str:
+    """A message's name on a timeline: its layer's gradient, or a bucket's first..last layer."""
+    return layers[0] if len(layers) == 1 else f"{layers[0]}..{layers[-1]} ({len(layers)} grads)"
+
+
 @dataclass(frozen=True)
 class Message:
     """One message (a layer's gradient or a bucket), times relative to the start of backward."""
@@ -477,8 +498,7 @@ class Message:
 @dataclass
 class Prediction:
     """The model's iteration for one strategy and worker count. Times in microseconds.
-    timeline: spans {"lane", "name", "start_us", "end_us"} from the start of the iteration; lanes
-    io, h2d, forward, backward, comm, update."""
+    timeline: its spans (lanes io, h2d, forward, backward, comm, update)."""
 
     strategy: str
     workers: int
@@ -492,7 +512,7 @@ class Prediction:
     comm_exposed_us: float  # what the iteration pays for communication beyond backward
     update_us: float
     messages: list[Message]
-    timeline: list[dict[str, Any]]
+    timeline: list[Span]
 
     @property
     def images_per_s(self) -> float:
@@ -698,7 +718,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     t_iter = t_h2d + (max(beside + compute_span, t_io) if strategy.io_prefetch else t_io + compute_span)
 
     # Timeline from the start of the iteration.
-    tl: list[dict[str, Any]] = []
+    tl: list[Span] = []
     t0 = 0.0
     if strategy.io_prefetch:
         if io_exposed > 0:
@@ -729,8 +749,9 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     for nm, m, r, (s, e) in zip(names, sizes, ready_b, spans, strict=True):
         messages.append(Message(nm, m, r, s, e))
         if e > s:
-            label = nm[0] if len(nm) == 1 else f"{nm[0]}..{nm[-1]} ({len(nm)} grads)"
-            tl.append({"lane": "comm", "name": label, "start_us": b0 + s, "end_us": b0 + e, "bytes": m})
+            span: MessageSpan = {"lane": "comm", "name": message_label(nm), "start_us": b0 + s, "end_us": b0 + e,
+                                 "bytes": m}
+            tl.append(span)
     u0 = b0 + comm_end
     if t_u > 0:
         tl.append({"lane": "update", "name": "SGD update", "start_us": u0, "end_us": u0 + t_u})

@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .errors import UsageError
+from .model import Span
 
 PHASE_COLOURS = {"io": "#8c8c8c", "h2d": "#bcbd22", "forward": "#1f77b4", "backward": "#ff7f0e",
                  "comm": "#d62728", "wait": "#e8a3a3", "update": "#2ca02c"}
 LANES = ("io", "h2d", "forward", "backward", "comm", "wait", "update")  # wait: for the last messages (a trace's)
 
-# A span {"lane", "name", "start_us", "end_us"} or a row of model.predict_scaling (JSON-like dicts)
-Span = Mapping[str, Any]
-Row = Mapping[str, Any]
+Row = Mapping[str, Any]  # a row of model.predict_scaling (a JSON-like dict)
 
 
 class Breakdown(Protocol):

@@ -31,12 +31,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from . import __version__, env
 from .collectives import fit_sweep_for_messages
 from .errors import UsageError
 from .iteration import default_batch
+from .model import Span
 from .network import load_network
 from .paths import write_atomic
 from .strategies import Strategy, get_strategies
@@ -477,19 +478,10 @@ def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
             "backward": pred["backward_us"], "comm": pred["comm_exposed_us"], "update": pred["update_us"]}
 
 
-class _Span(TypedDict):
-    """A span of an iteration's timeline, as gdlbench.iteration and gdlbench.model write them."""
-
-    lane: str
-    name: str
-    start_us: float
-    end_us: float
-
-
 def measured_breakdown(tl: Mapping[str, Any]) -> dict[str, float]:
     """Exposed time of each phase in a measured iteration (its spans, as the executor traced them;
     the prefetch thread's read of the next batch is hidden, the wait for it is not)."""
-    spans: list[_Span] = tl["timeline"]
+    spans: list[Span] = tl["timeline"]
 
     def lane_end(lane: str) -> float:
         return max((s["end_us"] for s in spans if s["lane"] == lane), default=0.0)

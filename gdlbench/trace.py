@@ -18,26 +18,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from .model import Span, message_label
+
 COMPUTE, COMM, IO = 1, 2, 3
 GAP_FRACTION = 0.05  # space between consecutive strategies' iterations, of the longest one
 MODEL_LANES = {"io": 1, "h2d": 2, "forward": 3, "backward": 4, "comm": 5, "update": 6, "io (prefetch thread)": 7}
 
 
-def _model_lane(span: dict[str, Any]) -> int:
+def _model_lane(span: Span) -> int:
     """The model's timeline lane as a track; the prefetched read (beside the wait for it) apart."""
     return MODEL_LANES["io (prefetch thread)" if span["lane"] == "io" and "prefetch thread" in span["name"] else span["lane"]]
 
 
-def _label(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)} grads)"
+class TracedSpan(Span):
+    """A span of a traced iteration: the thread that ran it, and what the Chrome trace shows with it."""
+
+    thread: int  # COMPUTE, COMM or IO
+    args: dict[str, Any]
 
 
 def iteration_spans(trace: dict[str, Any], layer_names: list[str],
-                    message_layers: list[list[str]]) -> list[dict[str, Any]]:
-    """One traced iteration as spans {"lane", "thread", "name", "start_us", "end_us", "args"}:
-    lanes iteration, io, h2d, forward, backward, comm, wait, update; threads COMPUTE, COMM, IO."""
+                    message_layers: list[list[str]]) -> list[TracedSpan]:
+    """One traced iteration as spans: lanes iteration, io, h2d, forward, backward, comm, wait,
+    update; threads COMPUTE, COMM, IO."""
     t = trace
-    spans: list[dict[str, Any]] = []
+    spans: list[TracedSpan] = []
 
     def add(lane: str, thread: int, name: str, start: float, end: float, **args: Any) -> None:
         spans.append({"lane": lane, "thread": thread, "name": name, "start_us": start, "end_us": max(start, end),
@@ -61,7 +66,7 @@ def iteration_spans(trace: dict[str, Any], layer_names: list[str],
         prev = end
     for i, (ready, s, e) in enumerate(zip(t["message_ready_us"], t["message_start_us"], t["message_end_us"],
                                           strict=True)):
-        add("comm", COMM, _label(message_layers[i]), s, e, message=i, ready_us=ready, layers=message_layers[i])
+        add("comm", COMM, message_label(message_layers[i]), s, e, message=i, ready_us=ready, layers=message_layers[i])
     if t["comm_end_us"] > t["backward_end_us"]:
         add("wait", COMPUTE, "wait for the messages", t["backward_end_us"], t["comm_end_us"])
     add("update", COMPUTE, "SGD update", t["comm_end_us"], t["update_end_us"])
