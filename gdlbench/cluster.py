@@ -152,6 +152,9 @@ class Cluster:
             raise UsageError(f"cluster: workers per node must be a positive integer, got {self.per_node!r}")
         if not isinstance(self.links_per_node, int) or self.links_per_node < 1:
             raise UsageError(f"cluster: links per node must be a positive integer, got {self.links_per_node!r}")
+        if self.links_per_node > self.per_node:  # the model gives a worker one link at most
+            raise UsageError(f"cluster: {self.links_per_node} links per node for {self.per_node} workers per node; "
+                             "each worker uses one link at most, give at most one link per worker")
         if self.nodes is not None and (not isinstance(self.nodes, int) or self.nodes < 1):
             raise UsageError(f"cluster: nodes must be a positive integer, got {self.nodes!r}")
 

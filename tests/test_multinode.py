@@ -199,6 +199,8 @@ def test_cluster_file_and_its_errors(tmp_path):
                          ({"per_node": 0, "intra": "pcie4", "inter": "ib-hdr"}, "positive integer"),
                          ({"per_node": 2, "intra": "pcie4"}, "missing 'inter'"),
                          ({"per_node": 2, "intra": "pcie4", "inter": {"alpha_us": 1, "gbs": -1}}, ">= 0"),
+                         ({"per_node": 2, "intra": "pcie4", "inter": "ib-hdr", "links_per_node": 0}, "positive"),
+                         ({"per_node": 2, "intra": "pcie4", "inter": "ib-hdr", "links_per_node": 4}, "one link at most"),
                          ([1, 2], "JSON object")]:
         f.write_text(json.dumps(bad))
         with pytest.raises(UsageError, match=message):

@@ -181,7 +181,8 @@ def cluster_from_args(args: argparse.Namespace) -> cluster.Cluster | None:
         if missing:
             raise UsageError(f"a cluster needs --per-node, --intra and --inter (missing --{missing[0].replace('_', '-')})")
         c = cluster.Cluster(args.per_node, _link_arg(args.intra, "intra"), _link_arg(args.inter, "inter"),
-                            args.links_per_node or 1, args.nodes, source="command line")
+                            1 if args.links_per_node is None else args.links_per_node, args.nodes,
+                            source="command line")
     if args.algo:
         algo = normalise_algo(args.algo)
         if algo in SERVER_ALGOS:
@@ -227,7 +228,7 @@ def _measure_on_the_spot(args: argparse.Namespace) -> Phases:
 
 
 def _link_scale(text: str | None) -> tuple[float, float]:
-    if not text:
+    if text is None:
         return 1.0, 1.0
     bw, _, lat = str(text).partition(":")
     try:
