@@ -82,8 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--intra", metavar="LINK", help=f"intra-node link: a preset ({', '.join(cluster.LINKS)}) or "
                                                     "ALPHA_US:GBS")
     g.add_argument("--inter", metavar="LINK", help="inter-node link: a preset or ALPHA_US:GBS")
-    g.add_argument("--links-per-node", type=int, help="inter-node links (NICs) per node, shared by its workers "
-                                                      "(default 1)")
+    g.add_argument("--links-per-node", type=int, help="inter-node links (NICs) per node, shared by its workers, "
+                                                      "1 to --per-node (default 1)")
     g.add_argument("--list-links", action="store_true", help="print the link presets and their sources, and exit")
     p.add_argument("--bucket", help="fusion bucket size for the presets that fuse, e.g. 25MiB")
     p.add_argument("--servers", type=int, help="parameter servers P (default: P = N)")
