@@ -45,7 +45,7 @@ def allreduce_run(out: Path, layout: str, rate: str, args: argparse.Namespace) -
     nodes, per_node = (int(x) for x in layout.split("x"))
     path = out / f"allreduce-{layout}-{rate}.json"
     how = emulated(nodes, per_node, rate, GDL, "allreduce", "--algo", "all", "--servers", str(nodes * per_node),
-             "-b", "8", "-e", args.max_size, "-f", str(args.factor), "--mode", "in", "-n", str(args.iters), "-w", "2",
+             "-b", "8", "-e", args.max_size, "-f", str(args.factor), "--mode", "in", "-n", str(args.iters), "-w", str(args.warmup),
              "--fit", "--fit-min", "64K", "--fit-regimes", str(args.regimes), "--json", str(path))
     print(f"# {how}", flush=True)
     return json.loads(path.read_text())
@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--max-size", default="16M")
     ap.add_argument("--factor", type=int, default=2, help="size step factor of the sweep from 8 B (default 2)")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up calls per size and algorithm (default 2)")
     ap.add_argument("--regimes", type=int, default=2, help="--fit-regimes of each fit (default 2)")
     ap.add_argument("--iteration", action="store_true", help="also the alexnet iteration on 2 x 1 at the first rate")
     ap.add_argument("--it-iters", type=int, default=3)
