@@ -152,9 +152,10 @@ def _noise_flag(key: str) -> str | None:
 
 
 def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, Any]],
-                console: Console | None = None, caption: str | None = None) -> None:
+                console: Console | None = None, caption: str | None = None, context: str | None = None) -> None:
     """A rich table on rank 0's stdout; headline times of noisy rows are marked with '!' and
-    the caption says what that means."""
+    the caption says what that means. The title ends with `context` in brackets (default the
+    run's nodes x ranks per node, set_table_context)."""
     cells = []
     marked = False
     for row in rows:
@@ -168,8 +169,9 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, 
         cells.append(line)
     if marked:
         caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
-    if _table_context:
-        title = f"{title} [{_table_context}]"
+    context = _table_context if context is None else context
+    if context:
+        title = f"{title} [{context}]"
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right

@@ -228,6 +228,8 @@ def test_predict_on_presets_and_on_a_cluster_file(tmp_path):
     p = run_cli("predict", "--phases", str(ph), "--nodes", "128", "--per-node", "8", "--intra", "nvlink4",
                 "--inter", "ib-hdr", "--strategy", "wfbp-fusion,cntk", "--json", str(out))
     assert p.returncode == 0, p.stderr
+    # headed by the shape it prices, not by the one-rank process that priced it
+    assert "gdlbench predict: alexnet [priced for 128 nodes x 8 workers per node]" in p.stdout, p.stdout[:500]
     doc = _doc(out)
     assert max(r["workers"] for r in doc["rows"]) == 1024
     assert {r["workers"] for r in doc["rows"]} == {1, 8, 16, 32, 64, 128, 256, 512, 1024}

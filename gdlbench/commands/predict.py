@@ -377,7 +377,10 @@ def run(args: argparse.Namespace) -> int:
                + comm_text
                + f"gradients {net.param_bytes(ev.dtype_bytes):,} B {args.grad_dtype}; speedup = N t(1)/t(N); "
                  "images/s in total" + (f"; what-if: {', '.join(what_if)}" if what_if else ""))
-    print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption)
+    # a cluster's table is headed by the shape it prices, not by the topology of this process
+    shape = None if not two_level else (f"priced for {two_level.nodes} nodes x {two_level.per_node} workers per node"
+                                        if two_level.nodes else f"priced for nodes of {two_level.per_node} workers")
+    print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption, context=shape)
     console = stdout_console()
     if two_level:
         for level, k in (("intra-node", two_level.intra), ("inter-node", two_level.inter)):
