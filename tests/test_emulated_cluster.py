@@ -61,14 +61,14 @@ def test_every_algorithm_exact_across_emulated_nodes(tmp_path, per_node, rate):
     assert {r["algo"] for r in doc["rows"]} == set(C.ALGOS)
     assert all(r["wrong"] == 0 for r in doc["rows"])
     assert f"2 nodes x {per_node}" in p.stdout
-    assert _namespaces() == before
+    assert not _namespaces() - before  # none of its namespaces left (another run's may come and go)
 
 
 def test_cleans_up_after_a_failing_command():
     before = _namespaces()
     p = _run("--nodes", "2", "--", "sh", "-c", "exit 3", timeout=120)
     assert p.returncode != 0
-    assert _namespaces() == before
+    assert not _namespaces() - before
 
 
 def test_bad_options_exit_2_and_make_nothing():
@@ -77,7 +77,7 @@ def test_bad_options_exit_2_and_make_nothing():
                  ["--tcp-cc", "no-such-control", "--", "true"], ["--tcp-cc", "reno cubic", "--", "true"], ["--rate"]):
         p = _run(*args, timeout=60)
         assert p.returncode == 2 and "emulated-cluster:" in p.stderr, (args, p.stderr)
-    assert _namespaces() == before
+    assert not _namespaces() - before
 
 
 def test_cleans_up_when_interrupted():
@@ -96,7 +96,7 @@ def test_cleans_up_when_interrupted():
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    assert _namespaces() == before
+    assert not _namespaces() - before
 
 
 # each rank writes its node and its cores to a file of its own (mpiexec may interleave stdout)
