@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,11 +26,13 @@ from .paths import require_writable_dir, write_atomic
 
 @dataclass
 class Column:
-    """A table column: header, the row key it shows, and how to format the value."""
+    """A table column: header, the row key it shows, how to format the value, and its alignment
+    (default: words left, numbers right)."""
 
     header: str
     key: str
     fmt: str | Callable[[Any], str] = "{}"
+    justify: Literal["left", "right"] | None = None
 
     def render(self, row: dict[str, Any]) -> str:
         value = row.get(self.key)
@@ -175,7 +177,7 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, 
     table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
-        table.add_column(col.header, justify="left" if words else "right")
+        table.add_column(col.header, justify=col.justify or ("left" if words else "right"))
     for line in cells:
         table.add_row(*(escape(c) for c in line))
     (console or stdout_console()).print(table)

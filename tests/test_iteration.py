@@ -252,3 +252,13 @@ def test_a_hung_peer_ends_the_timed_loops(loop):
     assert p.returncode != 0, (p.stdout, p.stderr)
     assert time.monotonic() - start < 1.5 + 3 + 15
     assert "made no progress for 3 s" in p.stderr, p.stderr
+
+
+def test_a_phase_difference_is_in_percent_unless_the_phase_is_small():
+    """The 'alone vs inside' table: a phase under 1 % of the iteration gets its difference in ms
+    (a 10 us 1-rank all-reduce that waits 0.7 ms for its thread printed "+6900.0 %")."""
+    from gdlbench.commands.iteration import phase_difference
+
+    assert phase_difference({"alone_us": 300e3, "inside_us": 306e3, "diff_pct": 2.0}, 1e6) == "+2.0 %"
+    assert phase_difference({"alone_us": 10.0, "inside_us": 700.0, "diff_pct": 6900.0}, 1e6) == "+0.69 ms"
+    assert phase_difference({"alone_us": 10e3, "inside_us": 9e3, "diff_pct": -10.0}, 1e6) == "-10.0 %"

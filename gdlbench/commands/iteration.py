@@ -61,7 +61,17 @@ PHASE_COLUMNS = [Column("phase", "phase"), Column("median (ms)", "time_ms", fmt_
 LAYER_COLUMNS = [Column("layer", "layer"), Column("type", "type"), Column("forward (ms)", "forward_ms", fmt_float(2)),
                  Column("backward (ms)", "backward_ms", fmt_float(2)), Column("share", "share_pct", "{:.1f} %")]
 PHASE_DIFF_COLUMNS = [Column("strategy", "strategy")] + [
-    Column(ph, ph, "{:+.1f} %") for ph in ("io", "h2d", "forward", "backward", "comm", "update")]
+    Column(ph, ph, justify="right") for ph in ("io", "h2d", "forward", "backward", "comm", "update")]
+SMALL_PHASE = 0.01  # of the iteration: a phase shorter than this alone gets its difference in ms, not %
+
+
+def phase_difference(cell: dict[str, float], iteration_us: float) -> str:
+    """A phase inside the composed run against the phase alone: in percent of it alone, or in ms
+    where it alone is under SMALL_PHASE of the iteration (a 1-rank all-reduce of 10 us that waits
+    0.7 ms for its thread is "+7000 %", which says less than "+0.69 ms")."""
+    if cell["alone_us"] >= SMALL_PHASE * iteration_us:
+        return f"{cell['diff_pct']:+.1f} %"
+    return f"{(cell['inside_us'] - cell['alone_us']) / 1e3:+.2f} ms"
 STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages"),
                     Column("comm alone (ms)", "comm_ms", fmt_float(2)),
                     Column("predicted (ms)", "predicted_ms", fmt_float(2)),
@@ -117,10 +127,11 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                         "not reproductions of the frameworks.")
     print_table("each phase alone (isolated round) and inside the composed iteration: difference",
                 PHASE_DIFF_COLUMNS,
-                [{"strategy": name} | {ph: v["diff_pct"] for ph, v in table.items()}
+                [{"strategy": name} | {ph: phase_difference(v, serial) for ph, v in table.items()}
                  for name, table in r.phase_table().items()],
-                caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; comm: the sum of the "
-                        "messages' times (alone: each message alone)")
+                caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; a phase under "
+                        f"{100 * SMALL_PHASE:.0f} % of the iteration alone: inside - alone in ms; comm: the sum of "
+                        "the messages' times (alone: each message alone)")
     # strategies whose contention was measured with the same messages
     shared: dict[tuple[Sequence[float], Sequence[float], int], list[str]] = {}
     for name, (cm, mm) in r.slowdowns.items():
