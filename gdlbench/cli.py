@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broadcast": ("broadcast", "broadcast, MPI or NCCL"),
     "layer": ("layer", "forward/backward time of one layer other than convolution"),
     "compress": ("compress", "encode cost of gradient compression (top-k sparsification), us per byte"),
+    "import-trace": ("import_trace", "a PyTorch job's profiler trace as phases and gradients for predict"),
     "study": ("study", "the whole study: measure, predict, and write one report (HTML, Markdown, JSON)"),
 }
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import costmodel, env
+from . import costmodel, env, gloo
 from ._native import MPI, _core, _cuda, require_cuda
 from .errors import UsageError
 from .measurement import MAX_ITERS, Measurement, check_timing
@@ -29,13 +29,14 @@ ALGOS = ("library", "ring", "rd", "tree", "ps", "hier")
 SERVER_ALGOS = ("ps",)  # algorithms with server ranks (--servers P)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "max", "min")
-BACKENDS = ("mpi", "nccl")
+BACKENDS = ("mpi", "nccl", "gloo")
 DTYPE_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
 DEFAULT_TIMEOUT_S = 300.0
 
 REGION = {
     "mpi": "per iteration: an untimed MPI_Barrier, then one blocking MPI call",
     "nccl": "per iteration: an untimed MPI_Barrier, then one NCCL call and cudaStreamSynchronize",
+    "gloo": gloo.REGION,
 }
 REGION_OWN = ("per iteration: an untimed MPI_Barrier, then one blocking MPI call (gdlbench's algorithms: "
               "the whole point-to-point exchange and reductions; out of place they first copy the input "
@@ -87,8 +88,8 @@ COLLECTIVES: dict[str, Kind] = {k.name: k for k in (
          bus_factor=lambda n: 1.0, host_buffers=1, cost="broadcast"),
 )}
 # What each backend lacks: a row that asks for it is waived (listed with the reason, not run).
-BACKEND_ALGOS = {"mpi": ALGOS, "nccl": ("library",)}
-BACKEND_DTYPES = {"mpi": DTYPES, "nccl": DTYPES}
+BACKEND_ALGOS = {"mpi": ALGOS, "nccl": ("library",), "gloo": ("library",)}
+BACKEND_DTYPES = {"mpi": DTYPES, "nccl": DTYPES, "gloo": gloo.DTYPES}
 
 
 def kind(collective: str) -> Kind:
@@ -181,9 +182,13 @@ def element_count(collective: str, size_bytes: int, dtype: str, nranks: int) -> 
 
 
 def resolve_backend(backend: str, device: str = "auto") -> tuple[str, str]:
-    """('mpi' | 'nccl', why): nccl on a GPU, mpi on the CPU, unless asked."""
+    """('mpi' | 'nccl' | 'gloo', why): nccl on a GPU, mpi on the CPU, unless asked (gloo:
+    PyTorch's, through torch.distributed, the library DDP uses on CPUs)."""
     if backend not in ("auto", *BACKENDS):
-        raise UsageError(f"--backend: expected auto, mpi or nccl, got {backend!r}")
+        raise UsageError(f"--backend: expected auto, mpi, nccl or gloo, got {backend!r}")
+    if backend == "gloo":
+        gloo.torch_or_error()
+        return "gloo", "asked for (torch.distributed)"
     dev, why = env.resolve_device(device)
     if backend == "auto":
         return ("nccl", f"auto: device cuda ({why})") if dev == "cuda" else ("mpi", f"auto: device cpu ({why})")
@@ -206,6 +211,8 @@ def validate(collective: str, dtype: str, op: str | None, algo: str, backend: st
         raise UsageError(f"unknown op {op!r} ({', '.join(OPS)})")
     if algo not in k.algos:
         raise UsageError(f"{collective} has no algorithm {algo!r} ({', '.join(k.algos)})")
+    if backend == "gloo" and collective not in gloo.COLLECTIVES:
+        raise UsageError(f"--backend gloo times {', '.join(gloo.COLLECTIVES)}, not {collective}")
     if (why := waived(backend, algo, dtype)) is not None:
         raise UsageError(f"--algo {algo}: {why} (add --backend mpi, or use --algo library)")
     if not 1 <= servers <= nranks:  # checked for every algorithm: a bad value is a mistake, used or not
@@ -294,8 +301,16 @@ def _run(collective: str, size_bytes: int, dtype: str, op: str | None, algo: str
     op = op if k.reduces else None
     validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
     count, nbytes = element_count(collective, size_bytes, dtype, nranks)
-    if k.rooted:
-        inplace = True  # one buffer: MPI_Bcast and ncclBroadcast in place
+    if k.rooted or backend == "gloo":
+        inplace = True  # one buffer: MPI_Bcast and ncclBroadcast in place; torch.distributed always
+    if backend == "gloo":
+        if start_on is not None:
+            raise UsageError("--backend gloo: calls started together run on MPI only")
+        samples, wrong = gloo.bench(collective, count, dtype, op, root, warmup, iters, check, timeout,
+                                    rotate_bytes, comm)
+        return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks,
+                                Measurement(samples, "steady-clock", gloo.REGION), None if wrong < 0 else wrong,
+                                root if k.rooted else None)
     native = require_cuda() if backend == "nccl" else _core
     bench = native.nccl_bench if backend == "nccl" else native.comm_bench
     spec = native.BenchSpec(collective=collective, count=count, dtype=dtype, op=op or "sum", inplace=inplace,
@@ -571,12 +586,13 @@ def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float
     """One fit per (collective/algorithm, dtype, op, mode) group of rows that has >= 2 sizes."""
     groups: dict[tuple[Any, ...], list[CollectiveResult]] = {}
     for r in results:
-        groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers), []).append(r)
+        groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers, r.backend), []).append(r)
     fits = []
-    for (coll, algo, dtype, op, inplace, _servers), rows in groups.items():
+    for (coll, algo, dtype, op, inplace, _servers, _backend), rows in groups.items():
         if len({r.size_bytes for r in rows if r.size_bytes >= min_bytes}) < 2:
             continue
-        name = kind(coll).cost_name(algo)
+        # gloo's own all-reduce is a ring (gloo/allreduce.cc: an unspecified algorithm runs ring)
+        name = "ring" if rows[0].backend == "gloo" and coll == "allreduce" else kind(coll).cost_name(algo)
         fit = fit_alpha_beta([r.size_bytes for r in rows], [r.time_us for r in rows], name,
                              rows[0].nranks, servers=rows[0].servers or 1,
                              gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source,

@@ -564,9 +564,12 @@ class Compression:
         return {"ratio": self.ratio, "encode_us_per_byte": self.encode_us_per_byte}
 
 
-def make_buckets(sizes: Sequence[int], bucket_bytes: int | None) -> list[list[int]]:
+def make_buckets(sizes: Sequence[int], bucket_bytes: int | None,
+                 first_bucket_bytes: int | None = None) -> list[list[int]]:
     """Indices of consecutive messages merged into buckets of at least bucket_bytes (None: one
-    per message). The last bucket takes what is left, however small."""
+    per message); the first bucket closes at first_bucket_bytes when given (PyTorch DDP's
+    compute_bucket_assignment_by_size with limits [first, cap]). The last bucket takes what is
+    left, however small."""
     if bucket_bytes is None:
         return [[i] for i in range(len(sizes))]
     buckets: list[list[int]] = []
@@ -575,7 +578,7 @@ def make_buckets(sizes: Sequence[int], bucket_bytes: int | None) -> list[list[in
     for i, size in enumerate(sizes):
         current.append(i)
         filled += size
-        if filled >= bucket_bytes:
+        if filled >= (first_bucket_bytes if first_bucket_bytes is not None and not buckets else bucket_bytes):
             buckets.append(current)
             current, filled = [], 0
     if current:
@@ -634,7 +637,7 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
     grads = net.gradient_messages(dtype_bytes)
     return [{"layers": [grads[j].layer for j in b], "indices": [grads[j].index for j in b],
              "bytes": sum(grads[j].bytes for j in b)}
-            for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes)]
+            for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes, strategy.first_bucket_bytes)]
 
 
 def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,

@@ -27,6 +27,9 @@ or [h, w]):
   add             -                                 (element-wise; all shapes must agree)
   dropout         ratio [0.5]
   softmax_xent    loss_weight [1]                   (softmax + cross-entropy; output (1, 1, 1))
+  params          shapes                            (parameters only: [[d0, d1, ...], ...]; shape-
+                  preserving, no multiply-adds; what `gdlbench import-trace` makes of a traced job's
+                  gradients: the model prices it, the executor cannot run it)
 
 Multiply-adds (`fwd_macs`) count convolutions and fully connected layers only, per sample, the
 convention of the published figures (AlexNet 0.72 G, ResNet-50 4.1 G); FLOPs = 2 x MACs.
@@ -83,6 +86,7 @@ _ATTRS: dict[str, dict[str, Any]] = {
     "add": {},
     "dropout": {"ratio": 0.5},
     "softmax_xent": {"loss_weight": 1.0},
+    "params": {"shapes": None},
 }
 LAYER_TYPES = tuple(_ATTRS)
 _MULTI_INPUT = ("concat", "add")
@@ -244,6 +248,13 @@ def _normalise_attrs(where: str, ltype: str, raw: dict[str, Any]) -> dict[str, A
             attrs[key] = _number(attrs[key], f"{where}: {key}")
     if "ratio" in attrs and not 0 <= attrs["ratio"] < 1:
         raise UsageError(f"{where}: ratio must be in [0, 1), got {attrs['ratio']}")
+    if ltype == "params":
+        shapes = attrs["shapes"]
+        if not isinstance(shapes, list) or not all(
+                isinstance(sh, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in sh)
+                for sh in shapes):
+            raise UsageError(f"{where}: shapes must be a list of parameter shapes (lists of positive integers), "
+                             f"got {shapes!r}")
     for key in ("bias", "ceil_mode"):
         if key in attrs and not isinstance(attrs[key], bool):
             raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
@@ -299,6 +310,8 @@ def _infer(where: str, ltype: str, attrs: dict[str, Any], shapes: list[tuple[int
         return shapes[0], [], 0
     if ltype == "softmax_xent":
         return (1, 1, 1), [], 0
+    if ltype == "params":
+        return (c, h, w), [tuple(sh) for sh in attrs["shapes"]], 0
     return (c, h, w), [], 0  # relu, lrn, dropout: shape-preserving
 
 

@@ -19,6 +19,7 @@ OVERLAPS = ("none", "wfbp")
 COLLECTIVES = ("allreduce", "ps")
 PS_PULLS = ("with_push", "after_push")
 DDP_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's bucket_cap_mb=25 (MiB)
+DDP_FIRST_BUCKET_BYTES = 2**20  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES (with the default cap only)
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Strategy:
     as its gradients are ready and the message before it has ended).
     bucket_bytes: None sends one message per layer with parameters; B merges consecutive
     gradients (backward order) into buckets of at least B bytes (the last may be smaller).
+    first_bucket_bytes: the first bucket closes at this size instead (PyTorch DDP's 1 MiB first
+    bucket); None: every bucket at bucket_bytes.
     servers: parameter servers P (None: one per worker, P = N). ps_pull: 'with_push' (each
     message is a push and its pull: the cost model's ps formula) or 'after_push' (pushes overlap backward,
     the pulls of the updated parameters come after all pushes and the update).
@@ -38,6 +41,7 @@ class Strategy:
     algo: str | None = None
     overlap: str = "none"
     bucket_bytes: int | None = None
+    first_bucket_bytes: int | None = None
     servers: int | None = None
     ps_pull: str = "with_push"
     io_prefetch: bool = True
@@ -53,6 +57,8 @@ class Strategy:
             raise UsageError(f"strategy {self.name}: ps_pull must be one of {', '.join(PS_PULLS)}")
         if self.bucket_bytes is not None and self.bucket_bytes < 1:
             raise UsageError(f"strategy {self.name}: bucket_bytes must be >= 1 or None")
+        if self.first_bucket_bytes is not None and (self.first_bucket_bytes < 1 or self.bucket_bytes is None):
+            raise UsageError(f"strategy {self.name}: first_bucket_bytes must be >= 1, and goes with bucket_bytes")
         if self.servers is not None and self.servers < 1:
             raise UsageError(f"strategy {self.name}: servers must be >= 1 or None")
 
@@ -65,6 +71,8 @@ class Strategy:
         else:
             send = f"all-reduce ({self.algo or 'the comm model algorithm'})"
         unit = "one message per layer" if self.bucket_bytes is None else f"buckets of >= {self.bucket_bytes:,} B"
+        if self.first_bucket_bytes is not None:
+            unit += f" (the first >= {self.first_bucket_bytes:,} B)"
         over = "overlapped with backward (WFBP)" if self.overlap == "wfbp" else "after backward"
         return f"{send}, {unit}, {over}, I/O prefetch {'on' if self.io_prefetch else 'off'}"
 
@@ -94,6 +102,24 @@ PRESETS: dict[str, Strategy] = {s.name: s for s in (
                     "each all-reduced when its last gradient is ready (fewer latency terms, later "
                     "start). Bucket size as PyTorch DDP's default bucket_cap_mb=25.",
         source="docs/model.md, the iteration model: fusion; PyTorch DistributedDataParallel; Horovod tensor fusion"),
+    Strategy(
+        "ddp", overlap="wfbp", bucket_bytes=DDP_BUCKET_BYTES, first_bucket_bytes=DDP_FIRST_BUCKET_BYTES,
+        io_prefetch=False,
+        assumptions="PyTorch DistributedDataParallel as it is: gradients in buckets of bucket_cap_mb "
+                    "(25 MiB; --bucket sets it), in the order the gradients became ready (DDP rebuilds its "
+                    "buckets in that order after the first step); a bucket closes once it holds at least "
+                    "its cap; the first bucket's cap is 1 MiB with the default cap only (an explicit "
+                    "bucket_cap_mb applies to every bucket); each bucket's all-reduce starts when its last "
+                    "gradient is ready and the bucket before it was launched, overlapped with the rest of "
+                    "backward; the optimizer waits for every bucket. t_io is what the loop waits for its "
+                    "DataLoader batch, not overlapped again (the DataLoader's workers already read ahead). "
+                    "One dtype of gradients (DDP buckets each dtype apart).",
+        source="PyTorch torch/nn/parallel/distributed.py (_BucketCapacityConfig: bucket_cap_mb default 25; "
+               "dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB for the first bucket when the cap is the default; "
+               "buckets rebuilt from the gradient-ready order after the first iteration) and "
+               "torch/csrc/distributed/c10d/reducer.cpp (compute_bucket_assignment_by_size: a bucket closes "
+               "at size >= its limit; buckets are reduced in order); read in torch 2.14.1; "
+               "DDP design notes, docs.pytorch.org/docs/stable/notes/ddp.html"),
     Strategy(
         "ps", collective="ps", overlap="none", io_prefetch=True,
         assumptions="Parameter servers, P = N unless set: after backward every worker pushes each "
@@ -147,7 +173,8 @@ def load_strategy(path: str) -> Strategy:
     doc = {k: v for k, v in doc.items() if k != "describe"}
     doc.setdefault("name", Path(path).stem)
     types: dict[str, type | tuple[type, ...]] = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
-             "bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
+             "bucket_bytes": (int, type(None)),
+             "first_bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
              "assumptions": str, "source": str}
     for k, v in doc.items():
         if not isinstance(v, types[k]) or (isinstance(v, bool) and types[k] is not bool):
@@ -172,7 +199,8 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
             raise UsageError(f"--strategy: unknown strategy {name!r} (known: {', '.join(PRESETS)}, all)")
         s = PRESETS[name]
         if bucket_bytes is not None and s.bucket_bytes is not None:
-            s = replace(s, bucket_bytes=bucket_bytes)
+            # DDP: an explicit bucket_cap_mb applies to the first bucket too
+            s = replace(s, bucket_bytes=bucket_bytes, first_bucket_bytes=None)
         if servers is not None and s.collective == "ps":
             s = replace(s, servers=servers)
         out.append(s)

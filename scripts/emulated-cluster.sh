@@ -11,7 +11,9 @@
 # Needs root, iproute2 (ip, tc) and the mpich wheel's mpiexec (default: the mpiexec beside the
 # python3 on PATH, else `mpiexec`). Everything it creates (namespaces, and with them the veths,
 # the bridge and the qdiscs) is named gdl<pid>..., and removed when it exits, also on failure or
-# interrupt. Addresses: 10.213.0.<node+1>/24, only inside the namespaces it made. The ranks of a
+# interrupt. Addresses: 10.213.0.<node+1>/24, only inside the namespaces it made. Every rank also
+# gets GLOO_SOCKET_IFNAME (its node's veth) and MASTER_ADDR (node 0), so that PyTorch's gloo ranks
+# (gdlbench allreduce --backend gloo, a DDP job reading PMI_RANK/PMI_SIZE) cross the same link. The ranks of a
 # node share the machine's cores with the other nodes' ranks: with more ranks than cores the
 # layout is oversubscribed (say so next to any figure), and MPICH is told to yield the core while
 # it waits (progress throttle, as MPICH's own CI runs oversubscribed): a rank spinning in MPI on
@@ -152,7 +154,9 @@ for ((i = 0; i < nodes; i++)); do
     bind=(taskset -c "$list")
     placement+=" node $i on cores $list;"
   fi
-  cmd+=(-n "$per_node" env "${opts[@]}" FI_TCP_IFACE="${tag}v$i" ip netns exec "${tag}n$i" "${bind[@]}" "$@")
+  # torch.distributed (gloo) ranks find node 0 and their node's interface the same way MPICH does
+  cmd+=(-n "$per_node" env "${opts[@]}" FI_TCP_IFACE="${tag}v$i" GLOO_SOCKET_IFNAME="${tag}v$i"
+        MASTER_ADDR=10.213.0.1 ip netns exec "${tag}n$i" "${bind[@]}" "$@")
 done
 cc_used=$tcp_cc
 [ "$tcp_cc" != host ] || cc_used="$(cat /proc/sys/net/ipv4/tcp_congestion_control) (host)"

@@ -105,7 +105,9 @@ def make(collective: str) -> tuple[Callable[[argparse.ArgumentParser], None], Ca
         p.add_argument("--rotate", default="0", metavar="BYTES",
                        help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
                             "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
-        p.add_argument("--backend", default="auto", help="mpi or nccl (default: nccl on a GPU, mpi on the CPU)")
+        p.add_argument("--backend", default="auto",
+                       help="mpi, nccl or gloo (default: nccl on a GPU, mpi on the CPU; gloo: PyTorch's, the "
+                            "library DDP uses on CPUs, through torch.distributed: needs gdlbench[torch])")
         p.add_argument("-T", "--timeout", type=float, default=C.DEFAULT_TIMEOUT_S,
                        help=f"abort the job when one collective makes no progress for this many seconds "
                             f"(a dead or hung rank); default {C.DEFAULT_TIMEOUT_S:g}, 0: off")
@@ -170,6 +172,8 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
     mode: str = getattr(args, "mode", "in")
     modes = (True,) if kind.rooted else {"both": (False, True), "out": (False,), "in": (True,)}[mode]
     backend, why = C.resolve_backend(args.backend, args.device)
+    if backend == "gloo":
+        modes = (True,)  # torch.distributed reduces in place
     combos: list[tuple[str, str | None, str]] = []
     waived: list[C.WaivedRow] = []
     for dtype in dtypes:

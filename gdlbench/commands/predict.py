@@ -292,7 +292,9 @@ def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_js
     net_name = args.net or phases.net
     if not net_name:
         raise UsageError(f"--net is needed: {args.phases} does not name its network (args.net)")
-    net = load_network(net_name)
+    summary_doc = doc.get("summary") if isinstance(doc.get("summary"), dict) else {}
+    traced = summary_doc.get("network")  # import-trace: the traced job's gradients as a network
+    net = load_network(traced if isinstance(traced, dict) and not args.net else net_name)
     if phases.net and phases.net != net.name:
         raise UsageError(f"--phases {args.phases} was measured on {phases.net}, not {net.name}")
     unknown = sorted((set(phases.layer_forward_us) | set(phases.layer_backward_us)) - {lay.name for lay in net.layers})

@@ -1,0 +1,85 @@
+"""gdlbench import-trace: a PyTorch job's profiler trace (torch.profiler's Chrome JSON) as the
+phases `gdlbench predict --phases` reads (gdlbench.torch_trace says what is read and how)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .. import env
+from ..model import plan_messages
+from ..network import load_network
+from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
+from ..strategies import PRESETS
+from ..torch_trace import ImportedTrace, import_trace
+
+PHASE_COLUMNS = [Column("phase", "phase"), Column("median (ms)", "median_ms", fmt_float(2)),
+                 Column("min (ms)", "min_ms", fmt_float(2)), Column("max (ms)", "max_ms", fmt_float(2)),
+                 Column("% of step", "share", "{:.1%}")]
+PHASES = (("io", "io_us"), ("h2d", "h2d_us"), ("forward", "forward_us"), ("backward", "backward_us"),
+          ("exposed comm", "exposed_comm_us"), ("update", "update_us"), ("step", "total_us"))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="the Chrome trace JSON (.json or .json.gz) torch.profiler exported")
+    p.add_argument("--batch", type=int, required=True,
+                   help="the per-worker batch the job ran (the trace does not record it)")
+    p.add_argument("--name", help="the job's name in the phases (default: the trace file's name)")
+    p.add_argument("--json", metavar="FILE", help="write the phases (what `predict --phases` reads)")
+    p.add_argument("--csv", metavar="FILE", help="write the per-step phases as CSV")
+
+
+def rows(trace: ImportedTrace) -> list[dict[str, Any]]:
+    step = trace.median("total_us")
+    out = []
+    for label, key in PHASES:
+        values = [float(getattr(s, key)) for s in trace.steps]
+        med = trace.median(key)
+        out.append({"phase": label, "median_ms": med / 1e3, "min_ms": min(values) / 1e3, "max_ms": max(values) / 1e3,
+                    "share": med / step if step > 0 else 0.0})
+    return out
+
+
+def bucket_check(trace: ImportedTrace) -> tuple[list[int], list[int]]:
+    """(the all-reduce sizes the job sent in its last profiled step, what the ddp preset plans)."""
+    net = load_network(trace.network_spec())
+    planned = [m["bytes"] for m in plan_messages(net, PRESETS["ddp"])]
+    return [m.bytes for m in trace.steps[-1].messages], planned
+
+
+def run(args: argparse.Namespace) -> int:
+    json_out = OutputFile(args.json, "--json") if args.json else None
+    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    trace = import_trace(args.trace, args.batch, args.name)
+    if env.rank() != 0:
+        return 0
+    doc = trace.phases_doc()
+    sent, planned = bucket_check(trace)
+    report = Report("import-trace", doc["args"], doc["env"],
+                    {"clock": "the traced job's (torch.profiler, us)",
+                     "region": "per profiled step (ProfilerStep#); phases are medians over the steps",
+                     "rank_reduction": "none: one rank's trace"},
+                    rows=doc["rows"], summary=doc["summary"] | {"network": doc["network"], "trace": doc["trace"],
+                                                                "ddp_buckets": {"sent": sent, "ddp_preset": planned}},
+                    notes=["phases as gdlbench.torch_trace defines them; the network holds the job's gradients "
+                           "in forward order, one 'params' layer each"] + trace.notes)
+    print_table(f"gdlbench import-trace: {trace.name} ({len(trace.steps)} profiled steps, batch {trace.batch}, "
+                f"{trace.world_size} rank{'s' if trace.world_size > 1 else ''}"
+                f"{', ' + trace.backend if trace.backend else ''})", PHASE_COLUMNS, rows(trace),
+                caption="exposed comm: the main thread idle between the end of backward and the optimizer step")
+    console = stdout_console()
+    grads = trace.gradients
+    console.print(f"{len(grads)} gradients, {sum(g.bytes for g in grads):,} B, in the order they became ready",
+                  highlight=False)
+    if sent:
+        same = "the same" if sent == planned else "NOT the same"
+        console.print(f"all-reduces the job sent per step: {len(sent)} ({', '.join(f'{b:,}' for b in sent)} B); "
+                      f"the ddp preset plans {len(planned)}: {same}", highlight=False)
+    if json_out:
+        json_out.write(report.to_json())
+        console.print(f"wrote {json_out.path}: predict with `gdlbench predict --phases {json_out.path} "
+                      "--strategy ddp --from FIT.json` (or --cluster / --nodes ... for a cluster)", highlight=False)
+    if csv_out:
+        steps = [dict(step=s.step, **{key: getattr(s, key) for _, key in PHASES}) for s in trace.steps]
+        csv_out.write(Report("import-trace", {}, {}, {}, rows=steps).to_csv())
+    return 0
