@@ -147,3 +147,65 @@ def bench(collective: str, count: int, dtype: str, op: str | None, root: int, wa
     comm.Allreduce(np.asarray(samples, dtype=np.float64), slowest, op=MPI.MAX)
     total_wrong = comm.allreduce(wrong, op=MPI.SUM)
     return slowest.tolist(), total_wrong if check else -1
+
+
+def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0) -> dict[str, Any]:
+    """How much a compute thread (torch.mm of 512 x 512 fp32 on one torch thread, the work of a
+    CPU job's backward) and gloo all-reduces of size_bytes slow each other on every rank at
+    once: compute_slowdown = the compute rate alone / beside the all-reduces, comm_slowdown = the
+    all-reduce's median time beside / alone. What `predict` applies to backward and the messages
+    while they overlap (gdlbench.model.schedule_shared)."""
+    import threading
+
+    torch = init(comm, 0)
+    import torch.distributed as dist
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    a = torch.randn(512, 512)
+    buf = torch.ones(max(1, size_bytes // 4))
+    stop = threading.Event()
+    done = [0]
+
+    def compute() -> None:
+        while not stop.is_set():
+            torch.mm(a, a)
+            done[0] += 1
+
+    def rate(run: Any) -> tuple[float, Any]:
+        done[0] = 0
+        stop.clear()
+        worker = threading.Thread(target=compute, daemon=True)
+        comm.Barrier()
+        t0 = time.perf_counter()
+        worker.start()
+        result = run()
+        elapsed = time.perf_counter() - t0
+        stop.set()
+        worker.join()
+        return done[0] / elapsed, result
+
+    def reduces() -> list[float]:
+        out = []
+        for _ in range(iters):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(buf)
+            out.append((time.perf_counter() - t0) * 1e6)
+        return out
+
+    try:
+        alone_rate, _ = rate(lambda: time.sleep(seconds))
+        comm.Barrier()
+        alone_us = float(np.median(reduces()))
+        beside_rate, beside = rate(reduces)
+    finally:
+        torch.set_num_threads(threads)
+    from mpi4py import MPI
+
+    c = comm.allreduce(alone_rate / max(beside_rate, 1e-9), op=MPI.MAX)
+    m = comm.allreduce(float(np.median(beside)) / alone_us, op=MPI.MAX)
+    return {"compute_slowdown": max(1.0, c), "comm_slowdown": max(1.0, m), "size_bytes": int(buf.numel() * 4),
+            "measured": {"compute_slowdown": c, "comm_slowdown": m, "allreduce_alone_us": alone_us},
+            "method": "torch.mm 512x512 fp32 on one thread beside gloo all-reduces of size_bytes, every rank "
+                      "at once; the max over ranks; the model takes values below 1 as 1"}

@@ -113,7 +113,9 @@ PRESETS: dict[str, Strategy] = {s.name: s for s in (
                     "gradient is ready and the bucket before it was launched, overlapped with the rest of "
                     "backward; the optimizer waits for every bucket. t_io is what the loop waits for its "
                     "DataLoader batch, not overlapped again (the DataLoader's workers already read ahead). "
-                    "One dtype of gradients (DDP buckets each dtype apart).",
+                    "One dtype of gradients (DDP buckets each dtype apart). This is DDP after its rebuild "
+                    "(find_unused_parameters=False, the default); with find_unused_parameters=True DDP keeps "
+                    "its first buckets, assigned in parameter order, which this preset does not model.",
         source="PyTorch torch/nn/parallel/distributed.py (_BucketCapacityConfig: bucket_cap_mb default 25; "
                "dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB for the first bucket when the cap is the default; "
                "buckets rebuilt from the gradient-ready order after the first iteration) and "

@@ -268,7 +268,17 @@ def _union(spans: Sequence[dict[str, Any]], start: float, end: float) -> float:
     return covered
 
 
-def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], path: str) -> StepPhases | None:
+def _runs(spans: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Each launched collective's span on a communication thread: the k-th launch runs as the
+    k-th communication span (process groups run their collectives in launch order). A run can
+    outlast the step that launched it, so the two are paired over the whole trace."""
+    launches = sorted((e for e in spans if e["name"] in LAUNCH_OPS), key=lambda e: e["ts"])
+    runs = sorted((e for e in spans if e["name"] in COMM_SPANS), key=lambda e: e["ts"])
+    return {id(launch): run for launch, run in zip(launches, runs, strict=False)}
+
+
+def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int, dict[str, Any]],
+          path: str) -> StepPhases | None:
     s0, s1 = step["ts"], step["ts"] + step["dur"]
     main = step.get("tid")
     inside = [e for e in spans if _inside(e, s0, s1) and e is not step]
@@ -302,11 +312,10 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], path: str) -> S
     exposed = max(0.0, (tail_end - b1) - _union(after, b1, tail_end))
     update = max(0.0, (s1 - b1) - exposed)
 
-    comm_spans = sorted((e for e in inside if e["name"] in COMM_SPANS), key=lambda e: e["ts"])
     messages = []
-    for i, e in enumerate(sorted((e for e in on_main if e["name"] in LAUNCH_OPS), key=lambda e: e["ts"])):
+    for e in sorted((e for e in on_main if e["name"] in LAUNCH_OPS), key=lambda e: e["ts"]):
         _, nbytes = _dims_bytes(e, path)
-        run = comm_spans[i] if i < len(comm_spans) else None
+        run = runs.get(id(e))
         messages.append(TracedMessage(e["name"], nbytes, e["ts"] - b0,
                                       None if run is None else run["ts"] - b0,
                                       None if run is None else run["ts"] + run["dur"] - b0))
@@ -325,7 +334,8 @@ def import_trace(path: str | Path, batch: int, name: str | None = None) -> Impor
     if not steps:
         raise UsageError(f"trace {where}: no step boundary (no ProfilerStep# spans): call prof.step() after each "
                          "training step inside the profiler")
-    parsed = [p for p in (_step(s, spans, where) for s in steps) if p is not None]
+    runs = _runs(spans)
+    parsed = [p for p in (_step(s, spans, runs, where) for s in steps) if p is not None]
     if not parsed:
         raise UsageError(f"trace {where}: no backward in the profiled steps (no autograd evaluate_function spans): "
                          "profile whole training steps")

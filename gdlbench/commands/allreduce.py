@@ -97,6 +97,10 @@ def make(collective: str) -> tuple[Callable[[argparse.ArgumentParser], None], Ca
             p.add_argument("--fit-min", default="0", metavar="BYTES",
                            help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
                                 "regime); errors are printed for every size (default 0: fit all)")
+            p.add_argument("--beside-compute", action="store_true",
+                           help="gloo: also measure how a compute thread and the all-reduce slow each other "
+                                "(at the sweep's largest size up to 25 MiB, a DDP bucket); predict --from this "
+                                "report applies it while backward and the messages overlap")
         if kind.rooted:
             p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
         else:
@@ -196,6 +200,8 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
         raise UsageError("--fit needs a sweep of at least two sizes (above --fit-min; e.g. -b 8 -e 64M -f 4)")
     if kind.fits and not 1 <= args.fit_regimes <= 8:
         raise UsageError(f"--fit-regimes must be between 1 and 8, got {args.fit_regimes}")
+    if getattr(args, "beside_compute", False) and (backend != "gloo" or nranks < 2):
+        raise UsageError("--beside-compute goes with --backend gloo on 2 or more ranks")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
     json_out = OutputFile(args.json, "--json") if args.json else None
@@ -298,6 +304,14 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
         if C.kind(collective).fits and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
             levels = _fit_levels(args, plan, comm, results, fits, progress)
 
+    contention = None
+    if getattr(args, "beside_compute", False):
+        from .. import gloo
+
+        size = max([s for s in plan["sizes"] if s <= 25 * 2**20] or [min(plan["sizes"])])
+        contention = gloo.contention(size, max(3, min(args.iters, 10)), comm)
+        progress.step(f"beside compute: backward x {contention['compute_slowdown']:.3f}, "
+                      f"all-reduce x {contention['comm_slowdown']:.3f}")
     wrong_rows = sum(1 for r in results if r.wrong)
     region = C.region(plan["backend"], [a for _, _, a in combos])
     notes = [f"sizes: {SIZE_CONVENTION}"]
@@ -326,6 +340,7 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
                  "rows_with_wrong": wrong_rows if args.check else None,
                  "rows_waived": len(plan["waived"]),
                  "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
+                 **({"contention": contention} if contention else {}),
                  **({"fit": [f.to_dict() for f in fits]} if plan["fit"] and not levels else {}),
                  **({"fit": {"whole": [f.to_dict() for f in fits], "levels": levels}} if levels else {})},
         notes=notes, comm=comm).report()

@@ -256,6 +256,20 @@ class Evaluation:
                                  compress=self.compress)
 
 
+def _with_contention(phases: Phases, fit_file: str | None, load: Callable[[str, str], Any]) -> Phases:
+    """The phases with the contention the --from report measured beside compute (allreduce
+    --backend gloo --beside-compute), where the phases have none of their own."""
+    if not fit_file or phases.compute_slowdown is not None or phases.strategy_slowdowns:
+        return phases
+    doc = load(fit_file, "--from")
+    found = doc.get("summary", {}).get("contention") if isinstance(doc, dict) and isinstance(
+        doc.get("summary"), dict) else None
+    if not isinstance(found, dict):
+        return phases
+    return replace(phases, compute_slowdown=found.get("compute_slowdown"), comm_slowdown=found.get("comm_slowdown"),
+                   source=f"{phases.source}; contention beside compute from {fit_file}")
+
+
 def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_json) -> Evaluation:
     """The rows and summary of `gdlbench predict` for these arguments (gdlbench study calls this
     with the very arguments its report quotes). load(path, option) reads a JSON file."""
@@ -305,6 +319,7 @@ def evaluate(args: argparse.Namespace, load: Callable[[str, str], Any] = read_js
     comm = two_level or comm_model_from_args(args, summary_fit if isinstance(summary_fit, (dict, list)) else None,
                                              load)
     comm = comm.scaled(bandwidth=bw, latency=lat)  # on a cluster: its inter-node link
+    phases = _with_contention(phases, args.from_file, load)
     dtype_bytes = GRAD_DTYPE_BYTES[args.grad_dtype]
     rows = predict_scaling(net, phases, comm, strategies, workers, dtype_bytes, compress=compress)
     summary = {

@@ -1,0 +1,186 @@
+"""gdlbench's prediction of a real PyTorch DDP job (gloo, CPU) from one profiler trace, held
+against the job itself on every configuration (issue 31's validation; figures in RESULTS.md).
+
+Per net (torchvision's resnet50, and a GPT-2-style decoder built from torch.nn layers):
+1. profile the job once on 1 rank (benchmarks/ddp_job.py --profile) and import the trace
+   (`gdlbench import-trace`): the phases and the gradients every prediction starts from;
+2. per configuration with communication, measure gloo's all-reduce on that link with gdlbench
+   (`gdlbench allreduce --backend gloo --fit --beside-compute`, the ranks placed as the job's);
+3. predict every configuration from that one trace and that link's fit (`gdlbench predict
+   --strategy ddp`);
+4. run the real job there (--reps runs of --steps timed steps after --warmup, each step the
+   slowest rank's; the median over all steps, the spread between the runs' medians), and profile
+   two of its steps to read the exposed communication it actually had (import-trace);
+5. beside them, gdlbench's own composed skeleton of the same net with the ddp preset (`gdlbench
+   iteration --strategy ddp`, ResNet-50 only: gdlbench has no transformer layers yet).
+
+Configurations: 1 rank; 2 ranks on one node (loopback); 2 nodes x 1 rank on the emulated cluster
+(scripts/emulated-cluster.sh, root) at each --rates rate. Run it with the python of a venv that
+has gdlbench, torch and torchvision (`pip install ".[torch]" torchvision`):
+
+    sudo .venv/bin/python benchmarks/ddp_validation.py [--nets resnet50,gpt] [--rates 1gbit,200mbit]
+        [--batch 4] [--reps 2] [--steps 10] [--out DIR]
+
+Prints one table per net (measured step, predicted step, error, exposed communication measured and
+predicted as a share of the step, the skeleton) and the goal's verdict: median |error| over the
+configurations <= 5 %, worst <= 10 %, exposed communication within 5 % of the step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PY, GDL, MPIEXEC = sys.executable, str(BIN / "gdlbench"), str(BIN / "mpiexec")
+JOB = str(ROOT / "benchmarks" / "ddp_job.py")
+CLUSTER = str(ROOT / "scripts" / "emulated-cluster.sh")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(config: str, cmd: list[str], timeout: float = 3600) -> str:
+    """Runs cmd as the configuration's ranks; returns stderr's emulated-cluster line (or '')."""
+    env = os.environ | {"MASTER_PORT": str(free_port())}
+    if config == "1 rank":
+        full = cmd
+        env |= {"RANK": "0", "WORLD_SIZE": "1"}
+    elif config == "2 ranks, 1 node":
+        full = [MPIEXEC, "-n", "2", *cmd]
+    else:
+        rate = config.split(" at ")[1]
+        full = ["bash", CLUSTER, "--nodes", "2", "--per-node", "1", "--rate", rate, "--mpiexec", MPIEXEC, "--", *cmd]
+    p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, env=env, cwd=tempfile.gettempdir())
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(full)}\n{p.stderr[-3000:]}")
+    return next((ln for ln in p.stderr.splitlines() if ln.startswith("emulated-cluster:")), "")
+
+
+def job_args(args: argparse.Namespace, net: str) -> list[str]:
+    return [PY, JOB, "--net", net, "--batch", str(args.batch), *args.job_args.split()]
+
+
+def gdl_json(cmd: list[str], path: Path) -> dict[str, Any]:
+    p = subprocess.run([GDL, *cmd, "--json", str(path)], capture_output=True, text=True, timeout=1200)
+    if p.returncode != 0:
+        sys.exit(f"gdlbench {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return json.loads(path.read_text())
+
+
+def ranks(config: str) -> int:
+    return 1 if config == "1 rank" else 2
+
+
+def measure_job(args: argparse.Namespace, net: str, config: str, out: Path) -> dict[str, Any]:
+    """The real job: --reps runs, then two profiled steps for its exposed communication."""
+    steps: list[float] = []
+    medians: list[float] = []
+    for rep in range(args.reps):
+        path = out / f"job-{net}-{slug(config)}-{rep}.json"
+        trace = out / f"trace-{net}-{slug(config)}.json"
+        extra = ["--profile", "2", "--trace", str(trace)] if rep == 0 else []
+        launch(config, [*job_args(args, net), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                        "--json", str(path), *extra])
+        doc = json.loads(path.read_text())
+        steps += doc["step_us"]["samples"]
+        medians.append(doc["step_us"]["median"])
+    imported = gdl_json(["import-trace", str(out / f"trace-{net}-{slug(config)}.json"), "--batch", str(args.batch)],
+                        out / f"imported-{net}-{slug(config)}.json")
+    med = statistics.median(steps)
+    return {"step_us": med, "spread": (max(medians) - min(medians)) / med,
+            "exposed_us": imported["summary"]["exposed_comm_us"], "traced_step_us": imported["summary"]["step_us"]}
+
+
+def slug(config: str) -> str:
+    return config.replace(" ", "").replace(",", "-")
+
+
+def fit(config: str, out: Path, args: argparse.Namespace) -> Path:
+    path = out / f"fit-{slug(config)}.json"
+    launch(config, [GDL, "allreduce", "--backend", "gloo", "-b", "256K", "-e", args.fit_max, "-f", "2", "--fit",
+                    "--fit-min", "256K", "--fit-regimes", "2", "-n", "8", "-w", "2", "--beside-compute",
+                    "--json", str(path)])
+    return path
+
+
+def skeleton(args: argparse.Namespace, config: str, out: Path) -> float:
+    path = out / f"skeleton-{slug(config)}.json"
+    launch(config, [GDL, "iteration", "--net", "resnet50", "--batch", str(args.batch), "--strategy", "ddp",
+                    "--threads", "1", "--no-io", "--iters", "3", "--json", str(path)])
+    doc = json.loads(path.read_text())
+    return float(doc["summary"]["measured_us"]["ddp"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nets", default="resnet50,gpt")
+    ap.add_argument("--rates", default="1gbit,200mbit")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--job-args", default="", help="more options for ddp_job.py (e.g. the decoder's sizes)")
+    ap.add_argument("--fit-max", default="64M", help="the largest all-reduce of the fits' sweep")
+    ap.add_argument("--no-skeleton", action="store_true", help="leave out gdlbench's own composed skeleton")
+    ap.add_argument("--out", help="keep every JSON here (default: a temporary folder)")
+    args = ap.parse_args()
+    out = Path(args.out or tempfile.mkdtemp(prefix="ddp-validation-"))
+    out.mkdir(parents=True, exist_ok=True)
+    configs = ["1 rank", "2 ranks, 1 node"] + [f"2 x 1 at {r}" for r in args.rates.split(",")]
+    start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    fits = {c: fit(c, out, args) for c in configs if ranks(c) > 1}
+    print(f"# {start}; JSON in {out}", flush=True)
+    verdicts = []
+    for net in args.nets.split(","):
+        trace = out / f"profile-{net}.json"
+        launch("1 rank", [*job_args(args, net), "--steps", "0", "--warmup", str(args.warmup), "--profile", "5",
+                          "--trace", str(trace)])
+        phases = out / f"phases-{net}.json"
+        gdl_json(["import-trace", str(trace), "--batch", str(args.batch), "--name", net], phases)
+        print(f"\n## {net}, batch {args.batch} per rank, 1 torch thread per rank; profiled once on 1 rank "
+              f"(5 steps), every row predicted from that trace", flush=True)
+        print("| configuration | measured step (ms) | spread | predicted (ms) | error | exposed comm measured "
+              "| predicted | diff (% of step) | gdlbench skeleton, ddp (ms) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        errors, comm_diffs = [], []
+        for config in configs:
+            measured = measure_job(args, net, config, out)
+            cmd = ["predict", "--phases", str(phases), "--strategy", "ddp", "--workers", str(ranks(config))]
+            if config in fits:
+                cmd += ["--from", str(fits[config])]
+            else:
+                cmd += ["--alpha", "0", "--beta", "0"]
+            pred = gdl_json(cmd, out / f"predict-{net}-{slug(config)}.json")["rows"][0]
+            err = (pred["t_iter_us"] - measured["step_us"]) / measured["step_us"]
+            diff = (pred["comm_exposed_us"] - measured["exposed_us"]) / measured["step_us"]
+            errors.append(abs(err))
+            comm_diffs.append(abs(diff))
+            skel = "-" if net != "resnet50" or args.no_skeleton else f"{skeleton(args, config, out) / 1e3:.0f}"
+            print(f"| {config} | {measured['step_us'] / 1e3:.0f} | {100 * measured['spread']:.1f} % | "
+                  f"{pred['t_iter_us'] / 1e3:.0f} | {100 * err:+.1f} % | {measured['exposed_us'] / 1e3:.0f} ms | "
+                  f"{pred['comm_exposed_us'] / 1e3:.0f} ms | {100 * diff:+.1f} % | {skel} |", flush=True)
+        med, worst, comm_worst = statistics.median(errors), max(errors), max(comm_diffs)
+        ok = med <= 0.05 and worst <= 0.10 and comm_worst <= 0.05
+        verdicts.append(ok)
+        print(f"\n{net}: median |error| {100 * med:.1f} %, worst {100 * worst:.1f} %, exposed communication "
+              f"worst {100 * comm_worst:.1f} % of the step: goal (5 % / 10 % / 5 %) {'met' if ok else 'NOT met'}")
+    print(f"\n# {start} - {time.strftime('%H:%M:%S UTC', time.gmtime())}")
+    sys.exit(0 if all(verdicts) else 1)
+
+
+if __name__ == "__main__":
+    main()
