@@ -27,7 +27,9 @@ writes (".json" or ".json.gz"). Per profiled step (a `ProfilerStep#N` span of th
 - messages: the collectives the job launched (`c10d::allreduce_`, their sizes) and their spans
   on the communication threads (`gloo:all_reduce`, `nccl:all_reduce`).
 
-The phases are the medians over the profiled steps. The gradients become a network of "params"
+The phases are the medians over the profiled steps. Jobs that run on the CPU only, in this
+version: a trace with GPU kernels is refused (there the phases are the kernels' times on their
+streams, not the CPU spans that launched them). The gradients become a network of "params"
 layers in forward order (the reverse of the order their gradients became ready), one per
 gradient, so that the model's backward order is the job's own; DDP's buckets (the `ddp` preset)
 are then built from these sizes in that order, as DDP rebuilds them after its first step.
@@ -220,6 +222,9 @@ def _spans(doc: dict[str, Any], path: str) -> list[dict[str, Any]]:
         if (isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and isinstance(name, str)
                 and math.isfinite(ts) and math.isfinite(dur) and dur >= 0):
             out.append(e)
+    if any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in out):
+        raise UsageError(f"trace {path}: the job ran GPU kernels: this version reads CPU jobs only (on a GPU the "
+                         "phases are the kernels' times, not the CPU spans that launched them)")
     if not any(e.get("cat") in ("cpu_op", "user_annotation") for e in out):
         raise UsageError(f"trace {path}: no PyTorch operator spans (cpu_op): not a torch.profiler trace, "
                          "or the CPU activity was not recorded (activities=[ProfilerActivity.CPU, ...])")

@@ -166,8 +166,11 @@ def test_bad_traces(tmp_path: Path, one_rank: Path) -> None:
         str(tmp_path / "bin.json"): "not a Chrome trace JSON",
         str(tmp_path / "g.json.gz"): "not a Chrome trace JSON",
         _trace(tmp_path, {"a": 1}, "obj.json"): "no traceEvents",
-        _trace(tmp_path, {"traceEvents": [{"ph": "X", "name": "x", "ts": 0, "dur": 1, "cat": "kernel"}]}, "k.json"):
-            "not a torch.profiler trace",
+        _trace(tmp_path, {"traceEvents": [{"ph": "X", "name": "x", "ts": 0, "dur": 1, "cat": "python_function"}]},
+               "py.json"): "not a torch.profiler trace",
+        _trace(tmp_path, dict(good, traceEvents=[*good["traceEvents"], {"ph": "X", "name": "sgemm", "ts": 0, "dur": 1,
+                                                                         "cat": "kernel"}]), "gpu.json"):
+            "GPU kernels",
         _trace(tmp_path, no_step, "nostep.json"): "no step boundary",
         _trace(tmp_path, no_bwd, "nobwd.json"): "no backward",
         _trace(tmp_path, no_shapes, "noshapes.json"): "record_shapes",
