@@ -193,6 +193,22 @@ def sgd_update(w: numpy.ndarray, g: numpy.ndarray, v: numpy.ndarray, lr: typing.
     """
     In place: v = momentum*v + (g + wd*w); w -= lr*v (PyTorch's SGD convention), float32 arrays.
     """
+def stand_in_abort(handle: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Testing: abort a stand-in handle as an NCCL communicator is aborted (its entry marked first).
+    """
+def stand_in_attach(comm: typing.Any) -> int:
+    """
+    Testing: attach a new stand-in handle to comm, as the NCCL communicators are attached; returns it.
+    """
+def stand_in_calls() -> dict[int, tuple[int, int]]:
+    """
+    Testing: per stand-in handle, (destroy calls, abort calls) so far.
+    """
+def stand_in_get(comm: typing.Any) -> int:
+    """
+    Testing: the live (not aborted) stand-in handle attached to comm, 0 when none.
+    """
 def topk_encode(g: numpy.ndarray, ratio: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
     """
     Top-k encode of a float32 gradient at compression ratio r: (indices, values), k = n / (2r).
