@@ -114,9 +114,9 @@ class Net:
         """
         The whole backward pass (activation gradients zeroed first): samples (us).
         """
-    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[list[float], dict]:
+    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex = 0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> tuple[list[float], dict]:
         """
-        Forward, then backward with each message sent beside it as its gradients are ready (as WFBP sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace).
+        Forward, then backward with each message sent beside it as its gradients are ready (as WFBP sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace). timeout_s > 0: end the job when a round makes no progress that long.
         """
     def time_forward_pass(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
         """

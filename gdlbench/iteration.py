@@ -521,7 +521,8 @@ class Iteration:
                     msg_samples[key][i] += sample
             for key, mplan in contend.items():
                 _, algo, servers = key
-                _, t = net.time_contention(mplan.messages, algo, servers, self.comm, self.warmup)
+                _, t = net.time_contention(mplan.messages, algo, servers, self.comm, self.warmup,
+                                           timeout_s=self.timeout)
                 alone = [msg_samples[key][i][-1] for i in range(len(mplan.messages))]
                 mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
                 got = self.comm.allgather(contention(t, mine, alone))

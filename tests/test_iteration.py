@@ -237,12 +237,15 @@ if MPI.COMM_WORLD.rank == 1:
     threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
 if sys.argv[1] == "messages":
     exe.time_messages(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, 10**8, timeout_s=3)
+elif sys.argv[1] == "contention":  # rounds of backward beside its messages, until the peer stops
+    for _ in range(10**8):
+        exe.time_contention(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, timeout_s=3)
 else:
     exe.time_iteration(plan.messages, True, "ring", 1, MPI.COMM_WORLD, None, False, 0, 10**8, timeout_s=3)
 """
 
 
-@pytest.mark.parametrize("loop", ["messages", "iteration"])
+@pytest.mark.parametrize("loop", ["messages", "iteration", "contention"])
 def test_a_hung_peer_ends_the_timed_loops(loop):
     import sys
     import time
@@ -251,6 +254,29 @@ def test_a_hung_peer_ends_the_timed_loops(loop):
     p = run_mpi(2, sys.executable, "-c", HANG_CODE, loop, timeout=60)
     assert p.returncode != 0, (p.stdout, p.stderr)
     assert time.monotonic() - start < 1.5 + 3 + 15
+    assert "made no progress for 3 s" in p.stderr, p.stderr
+
+
+CUDA_HANG_CODE = HANG_CODE.replace("from gdlbench import _core", "from gdlbench import _core, env\nfrom gdlbench._native import _cuda").replace(
+    "exe = _core.Net(", "env.resolve_device('cuda')\nexe = _cuda.Net(").replace('"ring"', '"library"')
+
+
+@requires_gpu
+@pytest.mark.parametrize("loop", ["messages", "iteration", "contention"])
+def test_a_hung_peer_ends_the_cuda_executors_loops(loop):
+    """As above, on the CUDA executor (NCCL): the watchdog is armed before the NCCL communicator is
+    built, in every timed loop. Needs two GPUs (one per rank)."""
+    import sys
+    import time
+
+    from gdlbench._native import _cuda
+
+    if _cuda.device_status()[0] < 2:
+        pytest.skip("needs 2 GPUs: one per rank")
+    start = time.monotonic()
+    p = run_mpi(2, sys.executable, "-c", CUDA_HANG_CODE, loop, timeout=120)
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    assert time.monotonic() - start < 1.5 + 3 + 60
     assert "made no progress for 3 s" in p.stderr, p.stderr
 
 
