@@ -141,6 +141,10 @@ def conv_check(geometry: dict, dtype: str, layout: str, mode: str, named: collec
     """
     Run the three passes once on test data: raw bytes of y, dx (= dx0 + dL/dx), dw, db, and the algorithms.
     """
+def conv_search_stats() -> dict:
+    """
+    Convolution algorithm searches in this process: shapes searched (cudnnFind*Ex) and layers that reused an earlier search of their shape (as cudnn.benchmark's cache).
+    """
 def conv_time(geometry: dict, dtype: str, layout: str, mode: str, named: collections.abc.Mapping[str, str], workspace_limit: typing.SupportsInt | typing.SupportsIndex, passes: collections.abc.Sequence[str], all_algos: bool, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list:
     """
     Time cuDNN convolution passes (CUDA events, one sample per call): a list of rows with pass, algo, workspace_bytes, samples_us (empty when the algorithm cannot run) and status.

@@ -258,6 +258,8 @@ class IterationResult:
     # per strategy in slowdowns: the round whose pair the model prices with (its prediction the median)
     slowdown_round: dict[str, int] = field(default_factory=dict)
     isolated_traces: list[dict[str, Any]] = field(default_factory=list)  # the median isolated round, per rank
+    # how the convolution algorithms were chosen (the CUDA executor; None on the CPU: one algorithm)
+    conv_algorithms: str | None = None
 
     @property
     def measurement(self) -> Measurement:
@@ -464,8 +466,17 @@ class Iteration:
         specs = self.net.layer_specs()
         world = self.comm.Get_size()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
+        conv_algorithms = None
         if self.device == "cuda":
-            net = require_cuda().Net(specs, self.batch)
+            cuda = require_cuda()
+            before = cuda.conv_search_stats()
+            net = cuda.Net(specs, self.batch)
+            after = cuda.conv_search_stats()
+            searched, reused = after["searched"] - before["searched"], after["reused"] - before["reused"]
+            if searched + reused:
+                conv_algorithms = (f"searched once when the net was built, as torch's cudnn.benchmark "
+                                   f"(cudnnFind*Ex, per shape): {searched} shape(s) searched, {reused} layer(s) "
+                                   "took an earlier search of their shape")
             clock = "cuda-events"
         else:
             net = _core.Net(specs, self.batch)
@@ -559,7 +570,8 @@ class Iteration:
         mid = _median_index([max(t["update_end_us"] for t in ranks) for ranks in iso_traces])
         result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
                                  overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid],
-                                 io_threads=(self.io_threads or self.threads) if self.io else None)
+                                 io_threads=(self.io_threads or self.threads) if self.io else None,
+                                 conv_algorithms=conv_algorithms)
         if read_costs:
             result.contention["read_beside_us"] = Measurement(
                 read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")

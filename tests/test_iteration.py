@@ -213,6 +213,56 @@ def test_cuda_executor_gradients_match_the_cpu_executor(net_file):
 
 
 @requires_gpu
+@pytest.mark.parametrize("name", ["resnet50", "googlenet"])
+def test_cuda_executor_gradients_of_the_deep_nets_match_the_cpu_executor(name):
+    """ResNet-50 and GoogLeNet at batch 2: the GPU's gradients against the CPU executor's, per
+    layer's parameter block (the same initial parameters, inputs and labels on both). fp32 on both,
+    summed in different orders through up to 50 layers: each block's difference within 1 % of that
+    block's gradient norm, or of 1e-3 of the largest block's where a block's own is tiny."""
+    from gdlbench._native import _cuda
+
+    net = load_network(name)
+    specs = net.layer_specs()
+    cpu = _core.Net(specs, 2)
+    gpu = _cuda.Net(specs, 2)
+    cpu.forward_backward()
+    gpu.forward_backward()
+    g_cpu, g_gpu = cpu.grads().astype(np.float64), gpu.grads().astype(np.float64)
+    assert np.isfinite(g_gpu).all()
+    offsets = [cpu.layer_param_offset(i) for i in range(len(specs))] + [cpu.param_count]
+    blocks = [(specs[i]["name"], offsets[i], offsets[i + 1])
+              for i in range(len(specs)) if offsets[i + 1] > offsets[i]]
+    largest = max(np.linalg.norm(g_cpu[a:b]) for _, a, b in blocks)
+    bad = []
+    for layer, a, b in blocks:
+        ref = np.linalg.norm(g_cpu[a:b])
+        diff = np.linalg.norm(g_gpu[a:b] - g_cpu[a:b])
+        if diff > max(1e-2 * ref, 1e-3 * largest):
+            bad.append((layer, diff / max(ref, 1e-30)))
+    assert not bad, bad[:10]
+
+
+@requires_gpu
+def test_cuda_executor_searches_conv_algorithms_once_per_shape():
+    """As cudnn.benchmark: the executor's convolutions search when the net is built, once per shape;
+    a second net of the same shapes searches nothing; the iteration says so."""
+    from gdlbench._native import _cuda
+
+    specs = load_network("resnet50").layer_specs()
+    convs = sum(1 for s in specs if s["type"] == "conv")
+    before = _cuda.conv_search_stats()
+    _cuda.Net(specs, 2)
+    mid = _cuda.conv_search_stats()
+    searched, reused = mid["searched"] - before["searched"], mid["reused"] - before["reused"]
+    assert searched + reused == convs and 0 < searched < convs, (searched, reused, convs)
+    _cuda.Net(specs, 2)
+    after = _cuda.conv_search_stats()
+    assert after["searched"] == mid["searched"] and after["reused"] - mid["reused"] == convs
+    r = Iteration(CONVNET, batch=4, device="cuda", strategy="serial", iters=1, warmup=0, io=False).measure()
+    assert r.conv_algorithms and "searched once when the net was built" in r.conv_algorithms
+
+
+@requires_gpu
 def test_cuda_iteration_runs():
     r = Iteration(CONVNET, batch=8, device="cuda", strategy="serial,wfbp,ps", iters=2, warmup=1, io=False).measure()
     assert [run.strategy.name for run in r.runs] == ["serial", "wfbp"]

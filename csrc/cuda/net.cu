@@ -38,7 +38,17 @@ double elapsed_us(cudaEvent_t a, cudaEvent_t b) {
 
 }  // namespace
 
-Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, make_layer) {
+namespace {
+// The executor's convolutions search their algorithms when the net is built, once per shape (as a
+// framework with cudnn.benchmark does before its first iteration), unless a spec names its mode.
+std::vector<LayerSpec>& searching(std::vector<LayerSpec>& specs) {
+  for (auto& s : specs)
+    if (s.type == "conv" && !s.attrs.count("algo_mode")) s.attrs["algo_mode"] = 1;
+  return specs;
+}
+}  // namespace
+
+Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs), batch, make_layer) {
   const cudaStream_t s = context().stream;
   data_bytes_ = static_cast<std::size_t>(batch) * numel(specs.front().in_shapes.at(0)) * sizeof(float);
   data_ = std::make_unique<DeviceBuffer>(data_bytes_);
