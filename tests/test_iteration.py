@@ -254,7 +254,9 @@ def test_cuda_executor_searches_conv_algorithms_once_per_shape():
     _cuda.Net(specs, 2)
     mid = _cuda.conv_search_stats()
     searched, reused = mid["searched"] - before["searched"], mid["reused"] - before["reused"]
-    assert searched + reused == convs and 0 < searched < convs, (searched, reused, convs)
+    # ResNet-50 repeats shapes: some layers reuse a search even in a fresh process (and earlier
+    # tests in this one may have searched some of these shapes already)
+    assert searched + reused == convs and reused > 0, (searched, reused, convs)
     _cuda.Net(specs, 2)
     after = _cuda.conv_search_stats()
     assert after["searched"] == mid["searched"] and after["reused"] - mid["reused"] == convs
