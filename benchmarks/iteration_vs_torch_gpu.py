@@ -1,6 +1,7 @@
 """The ResNet-50 skeleton's forward + backward on the GPU against a PyTorch training step on the
 same card: same batch (64), fp32 with TF32 off on both sides (gdlbench's CUDA layers are strict
-fp32), cudnn.benchmark on, torch in channels-last (the issue's setting) and in NCHW (gdlbench's
+fp32), convolution algorithms searched per shape on both sides (gdlbench's executor when it builds
+the net, torch's cudnn.benchmark), torch in channels-last (the issue's setting) and in NCHW (gdlbench's
 layout), on the same input batch and labels. Goal: gdlbench <= 1.05 x torch.
 
   python benchmarks/iteration_vs_torch_gpu.py [--batch 64] [--iters 10] [--json FILE]
@@ -105,7 +106,9 @@ def main() -> int:
                   io=False).measure()
     ours = r.phases["forward"].median + r.phases["backward"].median
     composed = r.runs[0].composed.median
-    rows = {"gdlbench_fwd_bwd_us": ours, "gdlbench_composed_serial_us": composed}
+    rows = {"gdlbench_fwd_bwd_us": ours, "gdlbench_composed_serial_us": composed,
+            "gdlbench_conv_algorithms": r.conv_algorithms}
+    print(f"gdlbench convolution algorithms: {r.conv_algorithms}; torch: cudnn.benchmark", flush=True)
     for name, cl in (("torch_channels_last_us", True), ("torch_nchw_us", False)):
         rows[name] = float(np.median(torch_step_samples(torch, cuda, args.batch, cl, 5, args.iters)))
     for name in ("torch_channels_last_us", "torch_nchw_us"):
