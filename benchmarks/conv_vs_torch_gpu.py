@@ -1,9 +1,14 @@
 """gdlbench's cuDNN convolution (exhaustive search) against PyTorch's with cudnn.benchmark on, on
 the ResNet-50 layers, same layout and dtype, one process, runs alternating. GPU machines only.
 
-Ratio = torch time / gdlbench time per pass (goal: >= 0.95 with --algo search). Torch is timed
-with CUDA events around each call, as gdlbench is (cuda/cuda_timer.h), after its own warm-up (which
-runs cudnn.benchmark's search).
+Ratio = torch time / gdlbench time per pass (goal: >= 0.95 with --algo search). Both sides compute
+on the same values: torch's tensors are filled by gdlbench's generator with the seeds of gdlbench's
+own buffers (_cuda.CONV_SEEDS), in the same dtype and memory order (channels-last = NHWC). gdlbench
+is timed as always (CUDA events around each call, calls queued back to back); torch calls the
+aten op of each pass alone (conv2d; convolution_backward with only dx or only dw asked for, not
+autograd), captured --iters times in a CUDA graph after its warm-up (which runs cudnn.benchmark's
+search), one event pair per replay (benchmarks/peer_timing.py): Python's dispatch, which took
+longer than many of these kernels, is in neither figure.
 
     python benchmarks/conv_vs_torch_gpu.py [--dtype bfloat16|float32|float16|tf32] [--layout nhwc|nchw]
         [--batch 64] [--iters 20] [--rounds 3] [--json F]
@@ -14,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+
+from peer_timing import GDLBENCH_METHOD, describe, fill_like_gdlbench, time_peer
 
 
 def main() -> int:
@@ -34,6 +41,7 @@ def main() -> int:
 
     import gdlbench
     from gdlbench import conv_layers
+    from gdlbench._native import require_cuda
     from gdlbench.conv import ConvShape, conv
 
     count, why = gdlbench.cuda_status()
@@ -64,34 +72,38 @@ def main() -> int:
     print(f"gdlbench {gdlbench.__version__} vs torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}) "
           f"on {torch.cuda.get_device_name()}; {args.dtype}, {args.layout}, batch {args.batch}, gdlbench --algo "
           f"{args.algo}, torch cudnn.benchmark=True; {args.rounds} rounds x {args.iters} iterations", flush=True)
+    gdlbench.env.resolve_device("cuda")
+    peer_method = describe("graph", args.iters)
+    print(f"gdlbench: {GDLBENCH_METHOD}\ntorch:    aten conv2d / convolution_backward (one gradient each), "
+          f"{peer_method}\nboth on gdlbench's fill values (same dtype and memory order)", flush=True)
+
+    cuda = require_cuda()
+    seeds = cuda.CONV_SEEDS
+
+    def tensor(shape: tuple[int, ...], seed: int):
+        t = torch.empty(*shape, device="cuda", dtype=tdtype).to(memory_format=fmt)
+        fill_like_gdlbench(cuda, t, args.dtype, seed)  # gdlbench's values, in its memory order
+        return t
 
     def torch_op(sh: ConvShape, pass_: str):
-        x = torch.randn(sh.n, sh.c, sh.h, sh.w, device="cuda", dtype=tdtype).to(memory_format=fmt)
-        w = torch.randn(sh.k, sh.c // sh.groups, sh.r, sh.s, device="cuda", dtype=tdtype).to(memory_format=fmt)
-        x.requires_grad_(pass_ == "bwd-data")
-        w.requires_grad_(pass_ == "bwd-filter")
+        x = tensor((sh.n, sh.c, sh.h, sh.w), seeds["x"])
+        w = tensor((sh.k, sh.c // sh.groups, sh.r, sh.s), seeds["w"])
         kw = dict(stride=sh.stride, padding=sh.pad, groups=sh.groups)
         if pass_ == "fwd":
             def op():
                 with torch.no_grad():
                     torch.nn.functional.conv2d(x, w, **kw)
             return op
-        y = torch.nn.functional.conv2d(x, w, **kw)
-        dy = torch.randn_like(y)
-        target = x if pass_ == "bwd-data" else w
-        return lambda: torch.autograd.grad(y, target, dy, retain_graph=True)
+        dy = tensor((sh.n, sh.k, sh.p, sh.q), seeds["dy"])
+        mask = [pass_ == "bwd-data", pass_ == "bwd-filter", False]
+
+        def back():
+            torch.ops.aten.convolution_backward(dy, x, w, None, list(sh.stride), list(sh.pad), [1, 1], False,
+                                                [0, 0], sh.groups, mask)
+        return back
 
     def time_torch(op) -> list[float]:
-        for _ in range(args.warmup):
-            op()
-        torch.cuda.synchronize()
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.iters)]
-        for a, b in ev:
-            a.record()
-            op()
-            b.record()
-        torch.cuda.synchronize()
-        return [a.elapsed_time(b) * 1e3 for a, b in ev]
+        return time_peer(torch, op, method="graph", calls=args.iters, samples=3, warmup=args.warmup)
 
     samples: dict[tuple[str, str, str], list[float]] = {}
     algos: dict[tuple[str, str], str] = {}
@@ -134,7 +146,9 @@ def main() -> int:
               f"  goal >= 0.95: {'met' if r >= 0.95 else 'NOT met'}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "medians_us": {"|".join(k): v for k, v in med.items()},
+            json.dump({"args": vars(args), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "gdlbench_method": GDLBENCH_METHOD, "torch_method": peer_method,
+                       "goal": ">= 0.95", "medians_us": {"|".join(k): v for k, v in med.items()},
                        "algos": {"|".join(k): v for k, v in algos.items()}, "overall": overall}, f, indent=1)
     return 1 if failed else 0
 

@@ -3,7 +3,9 @@ both timed with CUDA events:
   - host<->device and device-to-device copies (gdlbench copy, nvbandwidth's method) against
     tensor.copy_(..., non_blocking=True) between the same kinds of buffers (pinned host, device);
   - the SGD update (gdlbench update: 20 bytes per fp32 parameter) against torch.optim.SGD.step() on
-    one flat parameter of the same size, and against the device-to-device copy of the same traffic
+    one flat parameter of the same size, the same starting values and hyper-parameters, steps queued
+    back to back with no synchronisation between them (benchmarks/peer_timing.py; the earlier
+    version synchronised every step), and against the device-to-device copy of the same traffic
     measured in the same run.
 Prints GB/s of each and the ratios.
 
@@ -17,12 +19,16 @@ import json
 import sys
 
 import numpy as np
+from peer_timing import GDLBENCH_METHOD, describe, fill_like_gdlbench, time_peer
 
 import gdlbench
+from gdlbench._native import require_cuda
 from gdlbench.copy import copy as gdl_copy
 from gdlbench.units import parse_count, parse_size
 from gdlbench.update import BYTES_PER_PARAM
 from gdlbench.update import update as gdl_update
+
+LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4  # both sides
 
 
 def torch_copy_samples(torch, direction: str, nbytes: int, copies: int, iters: int) -> list[float]:
@@ -46,26 +52,20 @@ def torch_copy_samples(torch, direction: str, nbytes: int, copies: int, iters: i
     return out
 
 
-def torch_sgd_samples(torch, n: int, iters: int) -> tuple[list[float], str]:
-    p = torch.zeros(n, device="cuda", requires_grad=True)
-    p.grad = torch.randn(n, device="cuda")
+def torch_sgd_samples(torch, cuda, n: int, calls: int) -> tuple[list[float], str]:
+    """torch.optim.SGD.step() on one flat parameter of n, the update's hyper-parameters and starting
+    values gdlbench's (w seed 1, g seed 2: cuda/sgd.cu); steps queued back to back, no sync between."""
+    p = torch.empty(n, device="cuda", requires_grad=True)
+    p.grad = torch.empty(n, device="cuda")
+    fill_like_gdlbench(cuda, p.data, "float32", 1)
+    fill_like_gdlbench(cuda, p.grad, "float32", 2)
     kind = "fused"
+    hyper = dict(lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     try:
-        opt = torch.optim.SGD([p], lr=0.01, momentum=0.9, weight_decay=5e-4, fused=True)
+        opt = torch.optim.SGD([p], **hyper, fused=True)
     except (TypeError, RuntimeError):
-        opt, kind = torch.optim.SGD([p], lr=0.01, momentum=0.9, weight_decay=5e-4, foreach=True), "foreach"
-    for _ in range(3):
-        opt.step()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        opt.step()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1000.0)
-    return out, kind
+        opt, kind = torch.optim.SGD([p], **hyper, foreach=True), "foreach"
+    return time_peer(torch, opt.step, method="queued", calls=calls, samples=3, warmup=3), kind
 
 
 def main() -> int:
@@ -82,6 +82,12 @@ def main() -> int:
         return 2
     import torch
 
+    gdlbench.env.resolve_device("cuda")
+    cuda = require_cuda()
+    print(f"gdlbench: copies {args.copies} per event pair; update {GDLBENCH_METHOD}\n"
+          f"torch:    copies {args.copies} per event pair (copy_, non_blocking); SGD.step() "
+          f"{describe('queued', args.iters * 4)}\nthe update: the same starting values and hyper-parameters",
+          flush=True)
     size, n = parse_size(args.size), parse_count(args.params)
     rows, failed = [], False
     for direction in ("h2d", "d2h", "d2d"):
@@ -90,7 +96,7 @@ def main() -> int:
             r = gdl_copy(size, direction, "pinned", "cuda", copies=args.copies, iters=args.iters, warmup=1)
             wrong += r.wrong
             ours += list(r.measurement.samples_us)
-            theirs += torch_copy_samples(torch, direction, size, args.copies, args.iters)
+            theirs += torch_copy_samples(torch, direction, size, args.copies, args.iters)  # already copies per event pair
         g = args.copies * size / (np.median(ours) * 1e-6) / 1e9
         t = args.copies * size / (np.median(theirs) * 1e-6) / 1e9
         rows.append({"op": f"copy {direction} pinned", "size_bytes": size, "gdlbench_gbs": g, "torch_gbs": t,
@@ -98,18 +104,20 @@ def main() -> int:
         failed |= wrong > 0
     ours_u, ours_c, theirs_u, kind = [], [], [], ""
     for _ in range(args.rounds):
-        r = gdl_update(n, "cuda", iters=args.iters * 4, warmup=2, check=not ours_u)
+        r = gdl_update(n, "cuda", lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY, iters=args.iters * 4,
+                       warmup=2, check=not ours_u)
         failed |= not r.passed
         ours_u += list(r.update.samples_us)
         ours_c += list(r.copy.samples_us)
-        s, kind = torch_sgd_samples(torch, n, args.iters * 4)
+        s, kind = torch_sgd_samples(torch, cuda, n, args.iters * 4)
         theirs_u += s
     moved = BYTES_PER_PARAM * n
     g = moved / (np.median(ours_u) * 1e-6) / 1e9
     c = moved / (np.median(ours_c) * 1e-6) / 1e9  # the d2d copy of 10n bytes: 10n read + 10n written
     t = moved / (np.median(theirs_u) * 1e-6) / 1e9
     rows.append({"op": "sgd update", "params": n, "gdlbench_gbs": g, "torch_gbs": t, "ratio": g / t,
-                 "d2d_copy_gbs": c, "vs_copy": g / c, "torch_sgd": kind})
+                 "d2d_copy_gbs": c, "vs_copy": g / c, "torch_sgd": kind, "gdlbench_method": GDLBENCH_METHOD,
+                 "torch_method": describe("queued", args.iters * 4)})
     for row in rows:
         extra = f"  vs d2d copy {row['vs_copy']:.3f} (copy {row['d2d_copy_gbs']:.1f} GB/s)" if "vs_copy" in row else ""
         print(f"{row['op']:18s} gdlbench {row['gdlbench_gbs']:8.2f} GB/s  torch {row['torch_gbs']:8.2f} GB/s  "

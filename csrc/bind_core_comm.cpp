@@ -3,17 +3,39 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <map>
+#include <utility>
+
 #include <mpi.h>
 
 #include "bind_comm_bench.h"
 #include "bind_core.h"
 #include "comm/allreduce.h"
+#include "comm/attached_handle.h"
 #include "comm/comm_attribute.h"
 
 namespace py = pybind11;
 
 namespace gdl::bind {
 namespace {
+
+// A stand-in library for comm::AttachedHandles (the NCCL communicators' attachment, cuda/nccl.cu):
+// handles are numbers, and destroy / abort count their calls, so that the abort path can be tested
+// without a GPU.
+struct StandIn {
+  using Handle = long long;
+  static std::map<long long, std::pair<int, int>>& calls() {  // handle -> (destroyed, aborted)
+    static auto* c = new std::map<long long, std::pair<int, int>>;  // read after MPI_Finalize too
+    return *c;
+  }
+  static void destroy(long long h) { ++calls()[h].first; }
+  static void abort(long long h) { ++calls()[h].second; }
+};
+
+comm::AttachedHandles<StandIn>& stand_ins() {
+  static comm::AttachedHandles<StandIn> a;
+  return a;
+}
 
 comm::DType array_dtype(const py::array& a, const std::string& name) {
   if (!name.empty()) {
@@ -122,6 +144,20 @@ void bind_comm(py::module_& m) {
         "A number naming this communicator while it lives, held as an MPI attribute (freed with it): a "
         "communicator created later never gets an old one's, even under a reused handle. The NCCL "
         "communicators are attached the same way.");
+  m.def(
+      "stand_in_attach",
+      [](py::object comm) {
+        static long long next = 1;
+        return stand_ins().attach(get_comm(comm), next++);
+      },
+      py::arg("comm"),
+      "Testing: attach a new stand-in handle to comm, as the NCCL communicators are attached; returns it.");
+  m.def("stand_in_get", [](py::object comm) { return stand_ins().get(get_comm(comm)); }, py::arg("comm"),
+        "Testing: the live (not aborted) stand-in handle attached to comm, 0 when none.");
+  m.def("stand_in_abort", &comm::AttachedHandles<StandIn>::abort, py::arg("handle"),
+        "Testing: abort a stand-in handle as an NCCL communicator is aborted (its entry marked first).");
+  m.def("stand_in_calls", [] { return StandIn::calls(); },
+        "Testing: per stand-in handle, (destroy calls, abort calls) so far.");
   m.def(
       "keep_freed_memory",
       [](std::size_t bytes) {

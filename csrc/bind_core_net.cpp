@@ -62,8 +62,8 @@ void bind_net(py::module_& m) {
                                 c, trace, timeout_s);
       },
       [](cpu::Net& n, const std::vector<Message>& msgs, const std::string& algo, int servers, MPI_Comm c,
-         IterationTrace* trace, int warmup) {
-        return n.time_contention(msgs, allreduce_for(algo, servers, message_comm(c)), c, trace, warmup);
+         IterationTrace* trace, int warmup, double timeout_s) {
+        return n.time_contention(msgs, allreduce_for(algo, servers, message_comm(c)), c, trace, warmup, timeout_s);
       });
 }
 

@@ -147,6 +147,22 @@ void bind_cuda_conv(py::module_& m) {
         py::arg("named"), py::arg("workspace_limit"),
         "Run the three passes once on test data: raw bytes of y, dx (= dx0 + dL/dx), dw, db, and the algorithms.");
   m.def(
+      "conv_search_stats",
+      [] {
+        const cuda::ConvSearchStats st = cuda::conv_search_stats();
+        py::dict d;
+        d["searched"] = st.searched;
+        d["reused"] = st.reused;
+        return d;
+      },
+      "Convolution algorithm searches in this process: shapes searched (cudnnFind*Ex) and layers that "
+      "reused an earlier search of their shape (as cudnn.benchmark's cache).");
+  // The fill seeds of conv_time's buffers (cuda/conv_bench.h), so that a comparison can give its
+  // peer the same values (gdlbench.fill on the peer's tensors).
+  m.attr("CONV_SEEDS") = std::map<std::string, uint64_t>{{"x", cuda::kConvSeedX}, {"w", cuda::kConvSeedW},
+                                                          {"b", cuda::kConvSeedB}, {"dy", cuda::kConvSeedDy},
+                                                          {"dx0", cuda::kConvSeedDx0}};
+  m.def(
       "conv_algo_names",
       [] {
         std::map<std::string, std::vector<std::string>> names;

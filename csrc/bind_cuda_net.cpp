@@ -29,9 +29,9 @@ void bind_cuda_net(py::module_& m) {
         return n.time_iteration(plan, msgs, overlap, io, prefetch, sgd, c, trace, timeout_s);
       },
       [](cuda::Net& n, const std::vector<Message>& msgs, const std::string& algo, int, MPI_Comm c,
-         IterationTrace* trace, int warmup) {
+         IterationTrace* trace, int warmup, double timeout_s) {
         require_nccl(algo);
-        return n.time_contention(msgs, c, trace, warmup);
+        return n.time_contention(msgs, c, trace, warmup, timeout_s);
       });
 }
 

@@ -120,19 +120,21 @@ void bind_net_class(py::module_& m, const char* doc, Messages messages, Iterate 
          "No messages: the phases in sequence without communication (the isolated round). timeout_s > 0: "
          "end the job when an iteration makes no progress that long.")
       .def("time_contention", [contend](NetT& n, const MessageList& msgs, const std::string& algo, int servers,
-                                        py::object comm, int warmup) {
+                                        py::object comm, int warmup, double timeout_s) {
         const MPI_Comm c = get_comm(comm);
         const auto plan = to_messages(msgs);
         IterationTrace trace;
         std::vector<double> samples;
         {
           py::gil_scoped_release nogil;
-          samples = contend(n, plan, algo, servers, c, &trace, warmup);
+          samples = contend(n, plan, algo, servers, c, &trace, warmup, timeout_s);
         }
         return py::make_tuple(samples, trace_dict(trace));
       }, py::arg("messages"), py::arg("algo"), py::arg("servers"), py::arg("comm"), py::arg("warmup") = 0,
+         py::arg("timeout_s") = 0.0,
          "Forward, then backward with each message sent beside it as its gradients are ready (as WFBP "
-         "sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace).");
+         "sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace). "
+         "timeout_s > 0: end the job when a round makes no progress that long.");
 }
 
 }  // namespace gdl::bind

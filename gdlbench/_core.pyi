@@ -55,9 +55,9 @@ class Net:
         """
         The whole backward pass (activation gradients zeroed first): samples (us).
         """
-    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[list[float], dict]:
+    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex = 0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> tuple[list[float], dict]:
         """
-        Forward, then backward with each message sent beside it as its gradients are ready (as WFBP sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace).
+        Forward, then backward with each message sent beside it as its gradients are ready (as WFBP sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace). timeout_s > 0: end the job when a round makes no progress that long.
         """
     def time_forward_pass(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
         """
@@ -192,6 +192,22 @@ def set_ranks_per_node(ranks_per_node: typing.SupportsInt | typing.SupportsIndex
 def sgd_update(w: numpy.ndarray, g: numpy.ndarray, v: numpy.ndarray, lr: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, wd: typing.SupportsFloat | typing.SupportsIndex) -> None:
     """
     In place: v = momentum*v + (g + wd*w); w -= lr*v (PyTorch's SGD convention), float32 arrays.
+    """
+def stand_in_abort(handle: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Testing: abort a stand-in handle as an NCCL communicator is aborted (its entry marked first).
+    """
+def stand_in_attach(comm: typing.Any) -> int:
+    """
+    Testing: attach a new stand-in handle to comm, as the NCCL communicators are attached; returns it.
+    """
+def stand_in_calls() -> dict[int, tuple[int, int]]:
+    """
+    Testing: per stand-in handle, (destroy calls, abort calls) so far.
+    """
+def stand_in_get(comm: typing.Any) -> int:
+    """
+    Testing: the live (not aborted) stand-in handle attached to comm, 0 when none.
     """
 def topk_encode(g: numpy.ndarray, ratio: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
     """

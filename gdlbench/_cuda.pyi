@@ -114,9 +114,9 @@ class Net:
         """
         The whole backward pass (activation gradients zeroed first): samples (us).
         """
-    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[list[float], dict]:
+    def time_contention(self, messages: collections.abc.Sequence[tuple[typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], algo: str, servers: typing.SupportsInt | typing.SupportsIndex, comm: typing.Any, warmup: typing.SupportsInt | typing.SupportsIndex = 0, timeout_s: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> tuple[list[float], dict]:
         """
-        Forward, then backward with each message sent beside it as its gradients are ready (as WFBP sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace).
+        Forward, then backward with each message sent beside it as its gradients are ready (as WFBP sends them), after `warmup` such rounds: (span in us, max over ranks; the last round's trace). timeout_s > 0: end the job when a round makes no progress that long.
         """
     def time_forward_pass(self, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
         """
@@ -140,6 +140,10 @@ def conv_algo_names() -> dict[str, list[str]]:
 def conv_check(geometry: dict, dtype: str, layout: str, mode: str, named: collections.abc.Mapping[str, str], workspace_limit: typing.SupportsInt | typing.SupportsIndex) -> dict:
     """
     Run the three passes once on test data: raw bytes of y, dx (= dx0 + dL/dx), dw, db, and the algorithms.
+    """
+def conv_search_stats() -> dict:
+    """
+    Convolution algorithm searches in this process: shapes searched (cudnnFind*Ex) and layers that reused an earlier search of their shape (as cudnn.benchmark's cache).
     """
 def conv_time(geometry: dict, dtype: str, layout: str, mode: str, named: collections.abc.Mapping[str, str], workspace_limit: typing.SupportsInt | typing.SupportsIndex, passes: collections.abc.Sequence[str], all_algos: bool, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list:
     """
@@ -213,3 +217,4 @@ def wait_for_stream(stream: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Make gdlbench's stream wait for the work queued on a __cuda_array_interface__ producer stream (1 legacy default, 2 per-thread default, else a cudaStream_t).
     """
+CONV_SEEDS: dict[str, int]  # value = {'b': 6, 'dx0': 13, 'dy': 7, 'w': 5, 'x': 11}

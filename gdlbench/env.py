@@ -171,38 +171,110 @@ def launcher_mismatch() -> str | None:
     return None
 
 
-def device_rule(requested: str, gpus: int, why_none: str, local_rank: int, local_size: int
+def assign_gpus(visible: list[list[str]]) -> list[int | None]:
+    """Per local rank, the index (in that rank's own device list) of a GPU no other rank of the node
+    takes, or None for a rank left without one; `visible` holds, per local rank, the PCI bus ids of
+    the GPUs that rank sees, in its own CUDA order.
+
+    Bus ids name physical devices, so this works whatever each rank's CUDA_VISIBLE_DEVICES is: all
+    ranks seeing all GPUs (local rank r -> its device r), one GPU each (Slurm's --gpus-per-task,
+    torchrun setups: each rank its device 0), or anything between. A maximum matching (ranks in
+    order, each rank's devices in its own order), so a rank is left out only when no assignment
+    serves them all.
+    """
+    lists = [[b.strip().lower() for b in ids] for ids in visible]
+    owner: dict[str, int] = {}  # bus id -> local rank
+
+    def place(r: int, seen: set[str]) -> bool:
+        for bus in lists[r]:  # a free GPU first: with equal lists, local rank r takes its device r
+            if bus not in owner:
+                owner[bus] = r
+                return True
+        for bus in lists[r]:  # else one whose owner can move to another (an augmenting path)
+            if bus in seen:
+                continue
+            seen.add(bus)
+            if place(owner[bus], seen):
+                owner[bus] = r
+                return True
+        return False
+
+    for r in range(len(lists)):
+        place(r, set())
+    got: list[int | None] = [None] * len(lists)
+    for bus, r in owner.items():
+        got[r] = lists[r].index(bus)
+    return got
+
+
+def device_rule(requested: str, why_none: str, local_rank: int, visible: list[list[str]]
                 ) -> tuple[str, int | None, str]:
     """(device, GPU index or None, why): the one rule for which device a rank uses.
 
-    Each rank on a node takes its own GPU, GPU = local rank (among the ranks sharing the node).
-    'auto' picks cuda only when every rank of the node gets a GPU of its own, else the CPU (ranks
-    sharing one GPU would measure each other, and NCCL refuses two ranks on one device); 'cuda'
-    with more ranks on the node than GPUs is a usage error.
+    `visible` holds, per local rank (the ranks sharing this node), the PCI bus ids of the GPUs that
+    rank sees (what CUDA_VISIBLE_DEVICES leaves it). Each rank takes a GPU of its own (assign_gpus).
+    'auto' picks cuda only when every rank of the node gets one, else the CPU (ranks sharing one
+    GPU would measure each other, and NCCL refuses two ranks on one device); 'cuda' then is a usage
+    error. Every rank of the node computes the same answer from the same lists.
     """
     if requested not in ("auto", "cpu", "cuda"):
         raise UsageError(f"--device: expected auto, cpu or cuda, got {requested!r}")
     if requested == "cpu":
         return "cpu", None, "asked for"
-    if gpus == 0:
+    mine = visible[local_rank]
+    if not mine:
         if requested == "cuda":
             raise UsageError(f"--device cuda: no usable GPU: {why_none}")
         return "cpu", None, f"auto: {why_none}"
-    if local_size > gpus:
-        shared = f"{local_size} ranks on this node but {gpus} GPU(s) visible"
+    assigned = assign_gpus(visible)
+    left_out = [r for r, index in enumerate(assigned) if index is None]
+    if left_out:
+        gpus = len({b.strip().lower() for ids in visible for b in ids})
+        shared = (f"{len(visible)} ranks on this node but {gpus} distinct GPU(s) among those they see "
+                  f"(local rank(s) {', '.join(map(str, left_out))} would share one)")
         if requested == "cuda":
-            raise UsageError(f"--device cuda: {shared}; start at most {gpus} rank(s) per node, or use --device cpu")
+            raise UsageError(f"--device cuda: {shared}; start at most {gpus} rank(s) per node, give each rank "
+                             "a GPU of its own (CUDA_VISIBLE_DEVICES), or use --device cpu")
         return "cpu", None, f"auto: {shared}"
-    how = "asked for" if requested == "cuda" else f"auto: {gpus} GPU(s) visible"
-    return "cuda", local_rank, f"{how}; local rank {local_rank} -> GPU {local_rank}"
+    index = assigned[local_rank]
+    assert index is not None
+    how = "asked for" if requested == "cuda" else f"auto: {len(mine)} GPU(s) visible"
+    return "cuda", index, f"{how}; local rank {local_rank} -> GPU {index} of those it sees ({mine[index]})"
+
+
+def visible_gpus() -> tuple[list[str], str]:
+    """(the PCI bus ids of the GPUs this process sees, in CUDA's order; why there are none)."""
+    count, why = cuda_status()
+    if not count:
+        return [], why
+    cuda = require_cuda()
+    ids = []
+    for i in range(count):
+        bus = cuda.device_properties(i).get("pci_bus_id")
+        ids.append(str(bus) if bus else f"unknown-bus-id-{i}")  # cannot be matched across ranks: distinct
+    return ids, ""
+
+
+@lru_cache(maxsize=4)
+def _node_visible(mine: tuple[str, ...]) -> tuple[int, list[list[str]]]:
+    """(this rank's local rank, per local rank what it sees); collective over the world (cached)."""
+    if world().Get_size() == 1:
+        return 0, [list(mine)]
+    node = world().Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return node.Get_rank(), [list(ids) for ids in node.allgather(list(mine))]
+    finally:
+        node.Free()
 
 
 def resolve_device(requested: str) -> tuple[str, str]:
-    """('cpu' | 'cuda', why), by device_rule; on cuda, this rank's GPU is made current before any
-    CUDA work (stream, handles, buffers) so that all of it lands there."""
-    count, why = cuda_status() if requested != "cpu" else (0, "")
-    local_rank, local_size = _node_rank_and_size() if count else (0, 1)
-    device, index, reason = device_rule(requested, count, why, local_rank, local_size)
+    """('cpu' | 'cuda', why), by device_rule over what every rank of the node sees; on cuda, this
+    rank's GPU is made current before any CUDA work (stream, handles, buffers) so that all of it
+    lands there. Collective over the world when this rank sees a GPU (as every rank of a job
+    normally does, or none)."""
+    mine, why = visible_gpus() if requested != "cpu" else ([], "")
+    local_rank, visible = _node_visible(tuple(mine)) if mine else (0, [[]])
+    device, index, reason = device_rule(requested, why, local_rank, visible)
     if index is not None:
         require_cuda().set_device(index)
     return device, reason

@@ -258,6 +258,8 @@ class IterationResult:
     # per strategy in slowdowns: the round whose pair the model prices with (its prediction the median)
     slowdown_round: dict[str, int] = field(default_factory=dict)
     isolated_traces: list[dict[str, Any]] = field(default_factory=list)  # the median isolated round, per rank
+    # how the convolution algorithms were chosen (the CUDA executor; None on the CPU: one algorithm)
+    conv_algorithms: str | None = None
 
     @property
     def measurement(self) -> Measurement:
@@ -464,8 +466,17 @@ class Iteration:
         specs = self.net.layer_specs()
         world = self.comm.Get_size()
         self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
+        conv_algorithms = None
         if self.device == "cuda":
-            net = require_cuda().Net(specs, self.batch)
+            cuda = require_cuda()
+            before = cuda.conv_search_stats()
+            net = cuda.Net(specs, self.batch)
+            after = cuda.conv_search_stats()
+            searched, reused = after["searched"] - before["searched"], after["reused"] - before["reused"]
+            if searched + reused:
+                conv_algorithms = (f"searched once when the net was built, as torch's cudnn.benchmark "
+                                   f"(cudnnFind*Ex, per shape): {searched} shape(s) searched, {reused} layer(s) "
+                                   "took an earlier search of their shape")
             clock = "cuda-events"
         else:
             net = _core.Net(specs, self.batch)
@@ -521,7 +532,8 @@ class Iteration:
                     msg_samples[key][i] += sample
             for key, mplan in contend.items():
                 _, algo, servers = key
-                _, t = net.time_contention(mplan.messages, algo, servers, self.comm, self.warmup)
+                _, t = net.time_contention(mplan.messages, algo, servers, self.comm, self.warmup,
+                                           timeout_s=self.timeout)
                 alone = [msg_samples[key][i][-1] for i in range(len(mplan.messages))]
                 mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
                 got = self.comm.allgather(contention(t, mine, alone))
@@ -558,7 +570,8 @@ class Iteration:
         mid = _median_index([max(t["update_end_us"] for t in ranks) for ranks in iso_traces])
         result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
                                  overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid],
-                                 io_threads=(self.io_threads or self.threads) if self.io else None)
+                                 io_threads=(self.io_threads or self.threads) if self.io else None,
+                                 conv_algorithms=conv_algorithms)
         if read_costs:
             result.contention["read_beside_us"] = Measurement(
                 read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")

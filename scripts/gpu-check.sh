@@ -9,6 +9,9 @@
 #   bash scripts/gpu-check.sh                  # stage "first": set-up, build, import, the GPU
 #                                              #   tests, GEMM vs torch.matmul (well under 5 min)
 #   bash scripts/gpu-check.sh --stage bench    # the benchmarks beside their peers (a second call)
+#   bash scripts/gpu-check.sh --stage key      # ONE call of at most 540 s: set-up, build, the GPU
+#                                              #   tests, GEMM, a conv subset, the ResNet-50 step,
+#                                              #   NCCL vs nccl-tests; $OUT/figures.md after each step
 #   bash scripts/gpu-check.sh --stage setup    # the venv and the build alone
 #   bash scripts/gpu-check.sh --no-gpu         # here, without a GPU: the same set-up and build
 #                                              #   from .whl/ alone, both modules imported, the
@@ -27,7 +30,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-usage() { echo "usage: scripts/gpu-check.sh [--no-gpu] [--stage first|bench|all|setup] [--only STEP,...]" >&2; exit 2; }
+usage() { echo "usage: scripts/gpu-check.sh [--no-gpu] [--stage first|bench|key|all|setup] [--only STEP,...]" >&2; exit 2; }
 no_gpu=0
 stage=first
 only=""   # --only: run these steps of the stage (and the set-up), skip the others (a rerun of what failed)
@@ -40,8 +43,8 @@ while [ $# -gt 0 ]; do
     *) usage ;;
   esac
 done
-case $stage in first | bench | all | setup) ;; *) usage ;; esac
-[ "$no_gpu" = 1 ] && [ "$stage" = bench ] && { echo "gpu-check: --no-gpu has no benchmark stage" >&2; exit 2; }
+case $stage in first | bench | key | all | setup) ;; *) usage ;; esac
+[ "$no_gpu" = 1 ] && { [ "$stage" = bench ] || [ "$stage" = key ]; } && { echo "gpu-check: --no-gpu has no benchmark stage" >&2; exit 2; }
 
 # The limits are sized for the GPU machine (16 cores); --no-gpu runs on small shared machines.
 TIME_SCALE=${GDL_CHECK_TIME_SCALE:-$([ "$no_gpu" = 1 ] && echo 10 || echo 1)}
@@ -67,6 +70,10 @@ begin_stage() {  # begin_stage NAME: a fresh log folder and archive for this sta
 
 archive() {  # the stage's logs so far, replaced whole (never half-written)
   tar -czf "$OUT/.$current.tgz.tmp" -C "$WORK" "$current" && mv "$OUT/.$current.tgz.tmp" "$OUT/$current.tgz"
+  if [ "$current" = key ]; then  # each step's JSON, and the figures table of what is measured so far
+    cp "$WORK/$current"/*.json "$OUT/" 2>/dev/null
+    python3 "$root/benchmarks/key_figures.py" "$WORK/$current" "$OUT" || true
+  fi
 }
 
 step() {  # step NAME SECONDS COMMAND...: run with a timeout, log, archive, record pass/fail
@@ -92,6 +99,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a timeout, log, archive, reco
 
 # ------------------------------------------------------------------------------------- set-up
 SETUP_STEPS=probe,image,venv,build,import,env   # run whatever --only says
+# Their limits (s); the key stage, one call of at most 540 s in all, sets tighter ones.
+L_PROBE=20 L_VENV=60 L_BUILD=240 L_IMPORT=30 L_ENV=20
 export IMAGE_PY=${GDL_IMAGE_PYTHON:-python3}
 
 make_image() {  # --no-gpu: a stand-in for the GPU image, from .whl/image/ alone (no registry)
@@ -181,7 +190,7 @@ setup() {  # skipped when the venv already holds a build of this source (a secon
     . "$VENV/gpu-check.env"
     return 0
   fi
-  step probe 20 bash -c "nvidia-smi; $IMAGE_PY --version; command -v nvcc && nvcc --version; echo \"CXX=\${CXX:-unset} CC=\${CC:-unset}\"; \
+  step probe "$L_PROBE" bash -c "nvidia-smi; $IMAGE_PY --version; command -v nvcc && nvcc --version; echo \"CXX=\${CXX:-unset} CC=\${CC:-unset}\"; \
     $IMAGE_PY -m pip list 2>/dev/null \
     | grep -iE '^(torch|cupy|nvidia|cuda|mpi4py|pybind11|scikit-build|cmake|ninja|numpy|pytest) '; true"
   if [ "$no_gpu" = 1 ]; then
@@ -189,14 +198,14 @@ setup() {  # skipped when the venv already holds a build of this source (a secon
     IMAGE_PY=$VENV.image/bin/python; export IMAGE_PY
     export PATH=$PATH:$VENV.image/bin   # the image's cmake and ninja, as its PATH has them
   fi
-  step venv 60 make_venv || return 1
+  step venv "$L_VENV" make_venv || return 1
   # shellcheck disable=SC1091
   . "$VENV/gpu-check.env"
   export MPI4PY_LIBMPI   # empty unless make_venv set it
   [ -n "${MPI4PY_LIBMPI:-}" ] || unset MPI4PY_LIBMPI
-  step build 240 build || return 1
-  step import 30 check_import || return 1
-  step env 20 bash -c "cd /tmp && '$VENV/bin/python' -m gdlbench env --json '$WORK/$current/env.json'"
+  step build "$L_BUILD" build || return 1
+  step import "$L_IMPORT" check_import || return 1
+  step env "$L_ENV" bash -c "cd /tmp && '$VENV/bin/python' -m gdlbench env --json '$WORK/$current/env.json'"
 }
 
 # ------------------------------------------------------------------------------------- stages
@@ -238,12 +247,35 @@ stage_bench() {  # about 400 s on an H200 (2026-12-04); the limits leave room (t
   step iteration_cli 240 bash -c "cd /tmp && for n in alexnet googlenet resnet50; do $G iteration --net \$n --device cuda --strategy serial,wfbp,wfbp-fusion --json $(J iteration)_\$n.json || exit 1; done"
 }
 
+# One device call of at most 540 s (a lent device has 15 minutes in all, start-up included): every
+# limit below, the set-up's included, sums to 530 s. As each step ends, its JSON and
+# $OUT/figures.md (gdlbench, peer, ratio, goal: benchmarks/key_figures.py) are in $OUT, so a lease
+# cut short still returns what it measured. The exact call: docs/cuda.md, "The key stage".
+KEY_CONV_LAYERS=conv1,conv2_1x1_reduce,conv2_3x3,conv3_proj,conv4_3x3,conv5_1x1_expand  # 1x1, 3x3, 7x7, strided
+stage_key() {
+  begin_stage key
+  L_PROBE=10 L_VENV=30 L_BUILD=160 L_IMPORT=20 L_ENV=15   # 235 s
+  setup || return 1
+  step gpu_tests 75 env GDL_EXPECT_GPU=1 bash -c "cd /tmp && '$VENV/bin/python' -m pytest -q -rs -p no:cacheprovider -m 'gpu or native' '$root/tests'"
+  step gemm_vs_torch 40 "$VENV/bin/python" benchmarks/gemm_vs_torch_gpu.py --rounds 3 --json "$(J gemm_vs_torch.json)"
+  step conv_vs_torch 55 "$VENV/bin/python" benchmarks/conv_vs_torch_gpu.py --layers "$KEY_CONV_LAYERS" --rounds 2 \
+    --iters 10 --json "$(J conv_vs_torch_legacy.json)"
+  step iteration_vs_torch 85 "$VENV/bin/python" benchmarks/iteration_vs_torch_gpu.py --iters 5 --json "$(J iteration_vs_torch.json)"
+  if [ -x .peers/nccl-tests/all_reduce_perf ]; then
+    step nccl_vs_nccl_tests 40 "$VENV/bin/python" benchmarks/nccl_vs_nccl_tests.py --collectives allreduce \
+      --rounds 3 --iters 20 --json "$(J nccl_vs_nccl_tests.json)"
+  else
+    printf '%-28s %s\n' nccl_vs_nccl_tests "waived (no .peers/nccl-tests: scripts/prepare-key-stage.sh)" | tee -a "$OUT/summary.txt"
+  fi
+}
+
 export -f vpip make_image make_venv build check_import check_no_gpu_refusal source_stamp
 export VENV WORK no_gpu root
 [ -f "$OUT/summary.txt" ] || : >"$OUT/summary.txt"
 case $stage in
   first) stage_first ;;
   bench) stage_bench ;;
+  key) stage_key ;;
   all) stage_first; stage_bench ;;
   setup) begin_stage setup; setup ;;  # the venv and the build alone (to investigate by hand)
 esac

@@ -213,6 +213,58 @@ def test_cuda_executor_gradients_match_the_cpu_executor(net_file):
 
 
 @requires_gpu
+@pytest.mark.parametrize("name", ["resnet50", "googlenet"])
+def test_cuda_executor_gradients_of_the_deep_nets_match_the_cpu_executor(name):
+    """ResNet-50 and GoogLeNet at batch 2: the GPU's gradients against the CPU executor's, per
+    layer's parameter block (the same initial parameters, inputs and labels on both). fp32 on both,
+    summed in different orders through up to 50 layers: each block's difference within 1 % of that
+    block's gradient norm, or of 1e-3 of the largest block's where a block's own is tiny."""
+    from gdlbench._native import _cuda
+
+    net = load_network(name)
+    specs = net.layer_specs()
+    cpu = _core.Net(specs, 2)
+    gpu = _cuda.Net(specs, 2)
+    cpu.forward_backward()
+    gpu.forward_backward()
+    g_cpu, g_gpu = cpu.grads().astype(np.float64), gpu.grads().astype(np.float64)
+    assert np.isfinite(g_gpu).all()
+    offsets = [cpu.layer_param_offset(i) for i in range(len(specs))] + [cpu.param_count]
+    blocks = [(specs[i]["name"], offsets[i], offsets[i + 1])
+              for i in range(len(specs)) if offsets[i + 1] > offsets[i]]
+    largest = max(np.linalg.norm(g_cpu[a:b]) for _, a, b in blocks)
+    bad = []
+    for layer, a, b in blocks:
+        ref = np.linalg.norm(g_cpu[a:b])
+        diff = np.linalg.norm(g_gpu[a:b] - g_cpu[a:b])
+        if diff > max(1e-2 * ref, 1e-3 * largest):
+            bad.append((layer, diff / max(ref, 1e-30)))
+    assert not bad, bad[:10]
+
+
+@requires_gpu
+def test_cuda_executor_searches_conv_algorithms_once_per_shape():
+    """As cudnn.benchmark: the executor's convolutions search when the net is built, once per shape;
+    a second net of the same shapes searches nothing; the iteration says so."""
+    from gdlbench._native import _cuda
+
+    specs = load_network("resnet50").layer_specs()
+    convs = sum(1 for s in specs if s["type"] == "conv")
+    before = _cuda.conv_search_stats()
+    _cuda.Net(specs, 2)
+    mid = _cuda.conv_search_stats()
+    searched, reused = mid["searched"] - before["searched"], mid["reused"] - before["reused"]
+    # ResNet-50 repeats shapes: some layers reuse a search even in a fresh process (and earlier
+    # tests in this one may have searched some of these shapes already)
+    assert searched + reused == convs and reused > 0, (searched, reused, convs)
+    _cuda.Net(specs, 2)
+    after = _cuda.conv_search_stats()
+    assert after["searched"] == mid["searched"] and after["reused"] - mid["reused"] == convs
+    r = Iteration(CONVNET, batch=4, device="cuda", strategy="serial", iters=1, warmup=0, io=False).measure()
+    assert r.conv_algorithms and "searched once when the net was built" in r.conv_algorithms
+
+
+@requires_gpu
 def test_cuda_iteration_runs():
     r = Iteration(CONVNET, batch=8, device="cuda", strategy="serial,wfbp,ps", iters=2, warmup=1, io=False).measure()
     assert [run.strategy.name for run in r.runs] == ["serial", "wfbp"]
@@ -237,12 +289,15 @@ if MPI.COMM_WORLD.rank == 1:
     threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
 if sys.argv[1] == "messages":
     exe.time_messages(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, 10**8, timeout_s=3)
+elif sys.argv[1] == "contention":  # rounds of backward beside its messages, until the peer stops
+    for _ in range(10**8):
+        exe.time_contention(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, timeout_s=3)
 else:
     exe.time_iteration(plan.messages, True, "ring", 1, MPI.COMM_WORLD, None, False, 0, 10**8, timeout_s=3)
 """
 
 
-@pytest.mark.parametrize("loop", ["messages", "iteration"])
+@pytest.mark.parametrize("loop", ["messages", "iteration", "contention"])
 def test_a_hung_peer_ends_the_timed_loops(loop):
     import sys
     import time
@@ -251,6 +306,29 @@ def test_a_hung_peer_ends_the_timed_loops(loop):
     p = run_mpi(2, sys.executable, "-c", HANG_CODE, loop, timeout=60)
     assert p.returncode != 0, (p.stdout, p.stderr)
     assert time.monotonic() - start < 1.5 + 3 + 15
+    assert "made no progress for 3 s" in p.stderr, p.stderr
+
+
+CUDA_HANG_CODE = HANG_CODE.replace("from gdlbench import _core", "from gdlbench import _core, env\nfrom gdlbench._native import _cuda").replace(
+    "exe = _core.Net(", "env.resolve_device('cuda')\nexe = _cuda.Net(").replace('"ring"', '"library"')
+
+
+@requires_gpu
+@pytest.mark.parametrize("loop", ["messages", "iteration", "contention"])
+def test_a_hung_peer_ends_the_cuda_executors_loops(loop):
+    """As above, on the CUDA executor (NCCL): the watchdog is armed before the NCCL communicator is
+    built, in every timed loop. Needs two GPUs (one per rank)."""
+    import sys
+    import time
+
+    from gdlbench._native import _cuda
+
+    if _cuda.device_status()[0] < 2:
+        pytest.skip("needs 2 GPUs: one per rank")
+    start = time.monotonic()
+    p = run_mpi(2, sys.executable, "-c", CUDA_HANG_CODE, loop, timeout=120)
+    assert p.returncode != 0, (p.stdout, p.stderr)
+    assert time.monotonic() - start < 1.5 + 3 + 60
     assert "made no progress for 3 s" in p.stderr, p.stderr
 
 

@@ -220,7 +220,8 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
 }
 
 std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce,
-                                         MPI_Comm comm, IterationTrace* trace, int warmup) {
+                                         MPI_Comm comm, IterationTrace* trace, int warmup, double timeout_s) {
+  comm::Watchdog::Scope watchdog(timeout_s, "the contention round");
   const auto ready_at = messages_by_layer(msgs, param_count(), layers());
   // On the gradients themselves, as the composed iteration: a message is posted once backward
   // has written its gradients, and the all-reduce finds them where backward left them (in cache
@@ -236,6 +237,7 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const
   for (int it = 0; it <= warmup; ++it) {
     // The barrier before forward, as in the composed iteration: backward starts on each rank when
     // its forward ends, the ranks as far apart as forward leaves them.
+    comm::Watchdog::kick();
     MPI_Barrier(comm);
     forward();
     const auto t0 = clock_type::now();
@@ -259,6 +261,7 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const
   t.message_start = comm_thread.starts();
   t.message_end = comm_thread.ends();
   std::vector<double> sample{t.comm_end};
+  comm::Watchdog::kick();
   comm::max_over_ranks(sample, comm);
   if (trace) *trace = t;
   return sample;

@@ -55,9 +55,9 @@ class Net : public LayerGraph<float> {
   // Contention: backward with every message of the plan posted to the communication thread as
   // its gradients are ready, as WFBP posts them (on the gradients, no update or I/O), so
   // both run side by side; stamps of both in `trace`. Returns the span until both are done, max
-  // over ranks.
+  // over ranks. timeout_s > 0: the watchdog ends the job when a round makes no progress that long.
   std::vector<double> time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce, MPI_Comm comm,
-                                      IterationTrace* trace, int warmup = 0);
+                                      IterationTrace* trace, int warmup = 0, double timeout_s = 0);
 
   void zero_act_grads() override;
   void update(const SgdConfig& sgd);

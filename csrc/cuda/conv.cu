@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "cuda/conv.h"
@@ -329,7 +330,63 @@ void ConvLayer::choose_heuristic(ConvPass p) {
   }
 }
 
+namespace {
+// One search per shape, as torch's cudnn.benchmark keeps one per shape: layers of the same shape,
+// type, layout, workspace limit and device reuse the first one's choice.
+struct SearchChoice {
+  std::array<int, 3> algo;
+  std::array<std::size_t, 3> ws;
+  std::array<cudnnMathType_t, 3> math;
+};
+struct SearchCache {
+  std::mutex mu;
+  std::map<std::string, SearchChoice> choices;
+  ConvSearchStats stats;
+};
+SearchCache& search_cache() {
+  static SearchCache* c = new SearchCache;  // layers may outlive static destructors (Python's GC)
+  return *c;
+}
+}  // namespace
+
+ConvSearchStats conv_search_stats() {
+  SearchCache& c = search_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.stats;
+}
+
 void ConvLayer::choose_by_search() {
+  const ConvGeometry& g = g_;
+  const std::string key = concat(current_device(), ":", g.n, ",", g.c, ",", g.h, ",", g.w, ",", g.k, ",", g.r, ",",
+                                 g.s, ",", g.stride_h, ",", g.stride_w, ",", g.pad_h, ",", g.pad_w, ",", g.dil_h, ",",
+                                 g.dil_w, ",", g.groups, ":", int(dtype_), ":", nhwc_, ":", ws_limit_);
+  SearchCache& cache = search_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    const auto it = cache.choices.find(key);
+    if (it != cache.choices.end()) {
+      ++cache.stats.reused;
+      for (int p = 0; p < 3; ++p) {
+        algo_[p] = it->second.algo[p];
+        ws_need_[p] = it->second.ws[p];
+        if (dtype_ != DType::f32) CUDNN_CHECK(cudnnSetConvolutionMathType(conv_desc_[p], it->second.math[p]));
+      }
+      return;
+    }
+  }
+  search_all();
+  SearchChoice choice{};
+  for (int p = 0; p < 3; ++p) {
+    choice.algo[p] = algo_[p];
+    choice.ws[p] = ws_need_[p];
+    CUDNN_CHECK(cudnnGetConvolutionMathType(conv_desc_[p], &choice.math[p]));
+  }
+  std::lock_guard<std::mutex> lock(cache.mu);
+  ++cache.stats.searched;
+  cache.choices.emplace(key, choice);
+}
+
+void ConvLayer::search_all() {
   // cudnnFind*Ex runs every algorithm on real buffers: scratch copies of the layer's tensors filled
   // with test data (the outputs are overwritten, so the caller's buffers are never touched).
   const Context& ctx = context();

@@ -33,6 +33,14 @@ std::string conv_algo_name(ConvPass p, int algo);                 // e.g. IMPLIC
 int conv_algo_from_name(ConvPass p, const std::string& name);     // -1 when unknown
 DType conv_dtype_from_attr(double dtype_attr, double tf32_attr);
 
+// The search (algo_mode 1) runs once per shape in the process, as torch's cudnn.benchmark: later
+// layers of the same shape, dtype, layout and workspace limit take the first one's algorithms.
+struct ConvSearchStats {
+  long long searched = 0;  // shapes searched (cudnnFind*Ex, three passes each)
+  long long reused = 0;    // layers that took an earlier search's choice
+};
+ConvSearchStats conv_search_stats();
+
 struct ConvAlgoQuery {
   bool supported = false;     // cuDNN accepts the algorithm for this shape and type
   std::size_t workspace = 0;  // bytes it needs
@@ -79,7 +87,8 @@ class ConvLayer : public Layer {
  private:
   void make_descriptors();
   void choose_heuristic(ConvPass p);
-  void choose_by_search();
+  void choose_by_search();  // through the per-shape cache (conv_search_stats)
+  void search_all();        // cudnnFind*Ex for the three passes
   void choose_named(ConvPass p, int algo);
   void bias(bool grad, void* out, const void* in) const;
 

@@ -1,10 +1,11 @@
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
-#include "comm/comm_attribute.h"
+#include "comm/attached_handle.h"
 #include "comm/watchdog.h"
 #include "cuda/check.h"
 #include "cuda/device.h"
@@ -18,22 +19,28 @@ using sclock = std::chrono::steady_clock;
 
 double seconds_since(sclock::time_point t0) { return std::chrono::duration<double>(sclock::now() - t0).count(); }
 
-// The NCCL communicator attached to an MPI communicator; destroyed when MPI frees that one.
-struct NcclComm {
-  ncclComm_t nc = nullptr;
-  bool aborted = false;  // after ncclCommAbort: unusable, replaced on the next nccl_comm
-  ~NcclComm() {
-    if (nc && !aborted) ncclCommDestroy(nc);
-  }
+// The NCCL communicators attached to MPI communicators; each destroyed when MPI frees its MPI
+// communicator, unless it was aborted (ncclCommAbort releases it: destroying it again at
+// MPI_Finalize would be a double free).
+// Both run where nothing can be thrown (MPI's attribute callback, an error being reported): a
+// failure is a line on stderr.
+void warn_nccl(ncclResult_t r, const char* what) {
+  if (r != ncclSuccess) std::fprintf(stderr, "gdlbench: warning: %s: %s\n", what, ncclGetErrorString(r));
+}
+
+struct NcclTraits {
+  using Handle = ncclComm_t;
+  static void destroy(ncclComm_t nc) { warn_nccl(ncclCommDestroy(nc), "ncclCommDestroy"); }
+  static void abort(ncclComm_t nc) { warn_nccl(ncclCommAbort(nc), "ncclCommAbort"); }
 };
 
-comm::CommAttribute<NcclComm>& attached() {
-  static comm::CommAttribute<NcclComm> a;
+comm::AttachedHandles<NcclTraits>& attached() {
+  static comm::AttachedHandles<NcclTraits> a;
   return a;
 }
 
 [[noreturn]] void abort_comm(ncclComm_t nc, const std::string& why) {
-  ncclCommAbort(nc);
+  comm::AttachedHandles<NcclTraits>::abort(nc);  // marks the attached entry aborted first
   GDL_FAIL("nccl: ", why, "; the NCCL communicator was aborted");
 }
 
@@ -65,7 +72,7 @@ void nccl_issued(ncclResult_t r, ncclComm_t nc, double timeout_s, const char* wh
 ncclComm_t nccl_comm(MPI_Comm comm, double timeout_s) {
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  if (NcclComm* c = attached().get(comm); c && !c->aborted) return c->nc;
+  if (ncclComm_t live = attached().get(comm)) return live;
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -76,21 +83,15 @@ ncclComm_t nccl_comm(MPI_Comm comm, double timeout_s) {
   MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // returns at once; poll() waits, so a missing peer cannot block us forever
-  auto c = std::make_unique<NcclComm>();
-  const ncclResult_t r = ncclCommInitRankConfig(&c->nc, size, id, rank, &config);
+  ncclComm_t nc = nullptr;
+  const ncclResult_t r = ncclCommInitRankConfig(&nc, size, id, rank, &config);
   if (r != ncclInProgress && r != ncclSuccess) {
-    if (c->nc) ncclCommAbort(c->nc);
-    c->aborted = true;
+    if (nc) NcclTraits::abort(nc);  // never attached: nothing else will release it
     NCCL_CHECK(r);
   }
-  NcclComm& stored = attached().set(comm, std::move(c));
-  try {
-    poll(stored.nc, timeout_s, "ncclCommInitRankConfig", [] { return true; });
-  } catch (...) {
-    stored.aborted = true;
-    throw;
-  }
-  return stored.nc;
+  attached().attach(comm, nc);
+  poll(nc, timeout_s, "ncclCommInitRankConfig", [] { return true; });  // an abort there marks it
+  return nc;
 }
 
 void nccl_wait(ncclComm_t nc, cudaStream_t stream, double timeout_s, const char* what) {

@@ -38,7 +38,17 @@ double elapsed_us(cudaEvent_t a, cudaEvent_t b) {
 
 }  // namespace
 
-Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, make_layer) {
+namespace {
+// The executor's convolutions search their algorithms when the net is built, once per shape (as a
+// framework with cudnn.benchmark does before its first iteration), unless a spec names its mode.
+std::vector<LayerSpec>& searching(std::vector<LayerSpec>& specs) {
+  for (auto& s : specs)
+    if (s.type == "conv" && !s.attrs.count("algo_mode")) s.attrs["algo_mode"] = 1;
+  return specs;
+}
+}  // namespace
+
+Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs), batch, make_layer) {
   const cudaStream_t s = context().stream;
   data_bytes_ = static_cast<std::size_t>(batch) * numel(specs.front().in_shapes.at(0)) * sizeof(float);
   data_ = std::make_unique<DeviceBuffer>(data_bytes_);
@@ -137,6 +147,9 @@ std::vector<double> Net::time_backward_pass(const TimingPlan& plan) {
 std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
                                                     MPI_Comm comm, double timeout_s) {
   messages_by_layer(msgs, param_count_, layers());
+  // Armed before the NCCL communicator is built (an MPI_Bcast and NCCL's own set-up): a peer that
+  // never joins ends the job, not hangs it. time_each_message arms its own inside this one.
+  comm::Watchdog::Scope watchdog(timeout_s, "a message's ncclAllReduce");
   ncclComm_t nc = nccl_comm(comm, timeout_s);
   auto* g = static_cast<float*>(grads_->data());
   return comm::time_each_message(plan, msgs.size(), comm, timeout_s, "a message's ncclAllReduce", [&](std::size_t i) {
@@ -271,10 +284,11 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
 }
 
 std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace,
-                                         int warmup) {
+                                         int warmup, double timeout_s) {
   const auto ready_at = messages_by_layer(msgs, param_count_, layers());
   const cudaStream_t s = context().stream;
-  ncclComm_t nc = nccl_comm(comm);
+  comm::Watchdog::Scope watchdog(timeout_s, "the contention round");  // before the communicator, as above
+  ncclComm_t nc = nccl_comm(comm, timeout_s);
   // On the gradients themselves, as the composed iteration (each message enqueued after the
   // backward that writes them); the sums are overwritten by the next backward.
   auto* g = static_cast<float*>(grads_->data());
@@ -284,6 +298,7 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_C
     // The barrier before forward, as in the composed iteration: backward starts on each rank when
     // its forward ends, the ranks as far apart as forward leaves them.
     CUDA_CHECK(cudaDeviceSynchronize());
+    comm::Watchdog::kick();
     MPI_Barrier(comm);
     forward();
     CUDA_CHECK(cudaEventRecord(ev.start(), s));
@@ -295,14 +310,17 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, MPI_C
     CUDA_CHECK(cudaEventRecord(ev.zero(), s));
     backward_layers([&](int l) {  // each message enqueued as its gradients are ready, as WFBP does
       CUDA_CHECK(cudaEventRecord(ev.backward(l), s));
-      for (int i : ready_at[l]) send_message(ev, static_cast<std::size_t>(i), msgs[i], g, nc, s, comm_stream_, 0);
+      for (int i : ready_at[l])
+        send_message(ev, static_cast<std::size_t>(i), msgs[i], g, nc, s, comm_stream_, timeout_s);
     });
     CUDA_CHECK(cudaEventRecord(ev.comm(), comm_stream_));
     CUDA_CHECK(cudaStreamWaitEvent(s, ev.comm(), 0));
     CUDA_CHECK(cudaEventRecord(ev.update(), s));
-    CUDA_CHECK(cudaEventSynchronize(ev.update()));
+    // Polls NCCL while it waits (a dead peer aborts the communicator after timeout_s).
+    nccl_wait(nc, s, timeout_s, "the contention round's all-reduces");
     sample[0] = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
   }
+  comm::Watchdog::kick();
   comm::max_over_ranks(sample, comm);
   IterationTrace t;
   ev.read(t, false);

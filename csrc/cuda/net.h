@@ -39,9 +39,10 @@ class Net : public LayerGraph<void> {
   // Contention: backward with every message of the plan enqueued on the communication stream as
   // its gradients are ready, as WFBP enqueues them (on the gradients), so both run side by
   // side; stamps of both in `trace`. Returns the span until both are done (host clock), max over
-  // ranks.
+  // ranks. timeout_s > 0: a watchdog ends the job when a round makes no progress that long, and the
+  // NCCL waits abort the communicator.
   std::vector<double> time_contention(const std::vector<Message>& msgs, MPI_Comm comm, IterationTrace* trace,
-                                      int warmup = 0);
+                                      int warmup = 0, double timeout_s = 0);
 
   void zero_act_grads() override;
   void update(const SgdConfig& sgd);

@@ -107,6 +107,8 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     console = stdout_console()
     console.print(f"gdlbench iteration: {r.net}, batch {r.batch} per worker, {r.world_size} worker(s), device "
                   f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
+    if r.conv_algorithms:
+        console.print(f"convolution algorithms: {r.conv_algorithms}", highlight=False, markup=False)
     clock = "host steady clock" if r.device == "cpu" else "CUDA events (composed iteration: host steady clock)"
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
                 caption=f"clock: {clock}; the isolated round: one iteration without communication, every phase "
@@ -194,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
                      timing={"clock": "steady-clock" if result.device == "cpu" else
                              "cuda-events (phases), steady-clock (messages, composed iteration)",
                              "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
-                                       "exposed comm + update", "rank_reduction": "max"},
+                                       "exposed comm + update", "rank_reduction": "max"}
+                     | ({"conv_algorithms": result.conv_algorithms} if result.conv_algorithms else {}),
                      summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
                                               "top_layers": result.top_layers(),
                                               "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
