@@ -351,7 +351,8 @@ def import_trace(path: str | Path, batch: int, name: str | None = None) -> Impor
     shapes = [[g.shape for g in p.gradients] for p in parsed]
     if any(s != shapes[0] for s in shapes):
         raise UsageError(f"trace {where}: the gradients became ready in different orders in different steps")
-    info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+    found = doc.get("distributedInfo")
+    info: dict[str, Any] = found if isinstance(found, dict) else {}
     world = info.get("world_size", 1)
     world = world if isinstance(world, int) and world >= 1 else 1
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
