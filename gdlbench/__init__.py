@@ -71,6 +71,7 @@ from .model import (  # noqa: E402
 from .network import Network, builtin_nets, load_network  # noqa: E402
 from .scaling import PredictResult, predict  # noqa: E402
 from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
+from .torch_trace import ImportedTrace, import_trace  # noqa: E402
 from .update import UpdateResult, update  # noqa: E402
 
 __all__ = [
@@ -87,6 +88,8 @@ __all__ = [
     "AlphaBetaFit", "fit_alpha_beta", "fit_results",
     # networks and strategies
     "Network", "builtin_nets", "load_network", "PRESETS", "Strategy", "get_strategies",
+    # a PyTorch job's own profiler trace as phases and gradients
+    "import_trace", "ImportedTrace",
     # the machine, errors
     "environment", "cuda_status", "init_mpi", "MpiInit", "CheckFailed", "UsageError",
 ]
