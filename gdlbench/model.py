@@ -513,6 +513,9 @@ class Prediction:
     update_us: float
     messages: list[Message]
     timeline: list[Span]
+    # what the step waits for its messages after backward's last layer (backward slowed by the
+    # messages beside it is in comm_exposed_us, not here): what a profiler shows as idle
+    comm_wait_us: float = 0.0
 
     @property
     def images_per_s(self) -> float:
@@ -527,7 +530,8 @@ class Prediction:
         d = {"strategy": self.strategy, "workers": self.workers, "batch": self.batch, "t_iter_us": self.t_iter_us,
              "io_exposed_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
              "backward_us": self.backward_us, "comm_us": self.comm_us, "comm_exposed_us": self.comm_exposed_us,
-             "update_us": self.update_us, "images_per_s": self.images_per_s, "messages": len(self.messages)}
+             "update_us": self.update_us, "images_per_s": self.images_per_s, "messages": len(self.messages),
+             "comm_wait_us": self.comm_wait_us}
         if timeline:
             d["timeline"] = self.timeline
             d["message_list"] = [m.to_dict() for m in self.messages]
@@ -764,7 +768,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
             tl.append({"lane": "comm", "name": f"pull {nm[0]}", "start_us": p0, "end_us": p0 + c})
         p0 += c
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,
-                      comm_exposed, t_u, messages, tl)
+                      comm_exposed, t_u, messages, tl, comm_wait_us=comm_end - backward_end + pulls_total)
 
 
 def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],

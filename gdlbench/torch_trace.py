@@ -357,6 +357,10 @@ def import_trace(path: str | Path, batch: int, name: str | None = None) -> Impor
     world = world if isinstance(world, int) and world >= 1 else 1
     backend = info.get("backend") if isinstance(info.get("backend"), str) else None
     notes = []
+    if world > 1:
+        notes.append(f"traced on {world} ranks: backward's times hold that run's communication beside it, so a "
+                     "prediction that adds a measured contention (allreduce --beside-compute) counts it twice; "
+                     "profile one rank to predict other configurations")
     if len(parsed) < len(steps):
         notes.append(f"{len(steps) - len(parsed)} profiled step(s) without backward left out")
     return ImportedTrace(where, batch, world, backend, parsed, name or Path(where).name.split(".")[0], notes)

@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         same = "the same" if sent == planned else "NOT the same"
         console.print(f"all-reduces the job sent per step: {len(sent)} ({', '.join(f'{b:,}' for b in sent)} B); "
                       f"the ddp preset plans {len(planned)}: {same}", highlight=False)
+    for note in trace.notes:
+        console.print(f"note: {note}", highlight=False)
     if json_out:
         json_out.write(report.to_json())
         console.print(f"wrote {json_out.path}: predict with `gdlbench predict --phases {json_out.path} "
