@@ -219,3 +219,20 @@ def test_gloo_usage_errors() -> None:
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
     r = run_cli("reduce_scatter", "--backend", "gloo", "--size", "1M", nranks=2)
     assert r.returncode == 2 and "gloo times allreduce, broadcast" in r.stderr
+
+
+def test_comm_wait_is_the_idle_time_after_backward() -> None:
+    """comm_wait_us leaves out backward's own slowdown beside the messages; comm_exposed_us holds it."""
+    from dataclasses import replace
+
+    from gdlbench.model import CommModel, Phases, predict_iteration
+
+    net = load_network("alexnet")
+    phases = Phases.synthetic(net, 8)
+    comm = CommModel("ring", 10.0, 1e-3)
+    alone = predict_iteration(net, phases, comm, PRESETS["ddp"], 4)
+    assert alone.comm_wait_us == pytest.approx(alone.comm_exposed_us)
+    shared = predict_iteration(net, replace(phases, compute_slowdown=1.5, comm_slowdown=1.0), comm, PRESETS["ddp"], 4)
+    assert shared.comm_exposed_us > shared.comm_wait_us >= 0
+    assert shared.t_iter_us == pytest.approx(phases.h2d_us + phases.io_us + phases.forward_us + phases.backward_us
+                                             + shared.comm_exposed_us + phases.update_us)
