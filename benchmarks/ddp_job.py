@@ -125,7 +125,7 @@ def main() -> None:
                 step()
                 prof.step()
     logging = ddp._get_ddp_logging_data()
-    if rank == 0 and args.json:
+    if rank == 0 and args.json and args.steps > 0:
         samples = slowest.tolist()
         med = statistics.median(samples)
         doc = {"args": vars(args), "world_size": world, "torch": torch.__version__,

@@ -120,6 +120,8 @@ def test_ddp_preset_buckets_as_ddp_builds_them(tmp_path: Path, extra: tuple[str,
     rebuilt = [int(b) for b in ddp["rebuilt"].split(",")]
     assert len(rebuilt) > 1
     assert [m["bytes"] for m in plan_messages(load_network(t.network_spec()), strategy)] == rebuilt
+    r = run_cli("import-trace", str(out / "trace-0.json"), "--batch", "16", "--bucket", str(int(cap * 2**20)))
+    assert r.returncode == 0 and f"the ddp preset plans {len(rebuilt)}: the same" in r.stdout, r.stdout
 
 
 def test_make_buckets_first_bucket() -> None:

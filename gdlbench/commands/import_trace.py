@@ -10,8 +10,9 @@ from .. import env
 from ..model import plan_messages
 from ..network import load_network
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
-from ..strategies import PRESETS
+from ..strategies import get_strategies
 from ..torch_trace import ImportedTrace, import_trace
+from ..units import parse_size
 
 PHASE_COLUMNS = [Column("phase", "phase"), Column("median (ms)", "median_ms", fmt_float(2)),
                  Column("min (ms)", "min_ms", fmt_float(2)), Column("max (ms)", "max_ms", fmt_float(2)),
@@ -25,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, required=True,
                    help="the per-worker batch the job ran (the trace does not record it)")
     p.add_argument("--name", help="the job's name in the phases (default: the trace file's name)")
+    p.add_argument("--bucket", help="the job's DDP bucket_cap_mb as a size (e.g. 10MiB), if not the default: "
+                                    "the check of the ddp preset's buckets uses it")
     p.add_argument("--json", metavar="FILE", help="write the phases (what `predict --phases` reads)")
     p.add_argument("--csv", metavar="FILE", help="write the per-step phases as CSV")
 
@@ -40,21 +43,23 @@ def rows(trace: ImportedTrace) -> list[dict[str, Any]]:
     return out
 
 
-def bucket_check(trace: ImportedTrace) -> tuple[list[int], list[int]]:
-    """(the all-reduce sizes the job sent in its last profiled step, what the ddp preset plans)."""
+def bucket_check(trace: ImportedTrace, bucket: int | None = None) -> tuple[list[int], list[int]]:
+    """(the all-reduce sizes the job sent in its last profiled step, what the ddp preset plans
+    with the job's bucket cap)."""
     net = load_network(trace.network_spec())
-    planned = [m["bytes"] for m in plan_messages(net, PRESETS["ddp"])]
+    planned = [m["bytes"] for m in plan_messages(net, get_strategies("ddp", bucket_bytes=bucket)[0])]
     return [m.bytes for m in trace.steps[-1].messages], planned
 
 
 def run(args: argparse.Namespace) -> int:
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
     trace = import_trace(args.trace, args.batch, args.name)
     if env.rank() != 0:
         return 0
     doc = trace.phases_doc()
-    sent, planned = bucket_check(trace)
+    sent, planned = bucket_check(trace, bucket)
     report = Report("import-trace", doc["args"], doc["env"],
                     {"clock": "the traced job's (torch.profiler, us)",
                      "region": "per profiled step (ProfilerStep#); phases are medians over the steps",
@@ -80,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
     if json_out:
         json_out.write(report.to_json())
         console.print(f"wrote {json_out.path}: predict with `gdlbench predict --phases {json_out.path} "
-                      "--strategy ddp --from FIT.json` (or --cluster / --nodes ... for a cluster)", highlight=False)
+                      f"--strategy ddp{f' --bucket {args.bucket}' if args.bucket else ''} --from FIT.json` (or "
+                      "--cluster / --nodes ... for a cluster)", highlight=False)
     if csv_out:
         steps = [dict(step=s.step, **{key: getattr(s, key) for _, key in PHASES}) for s in trace.steps]
         csv_out.write(Report("import-trace", {}, {}, {}, rows=steps).to_csv())
