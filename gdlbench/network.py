@@ -360,7 +360,8 @@ def _infer_transformer(where: str, ltype: str, attrs: dict[str, Any], shape: tup
         return (f, h, w), [(f, c)] + ([(f,)] if bias else []), c * f * h * w
     if ltype == "tokens":
         s = h * w + (1 if attrs["class_token"] else 0)
-        return (c, s, 1), ([(1, c)] if attrs["class_token"] else []) + [(s, c)], 0
+        tok: list[tuple[int, ...]] = [(1, c)] if attrs["class_token"] else []
+        return (c, s, 1), tok + [(s, c)], 0
     if w != 1:
         raise UsageError(f"{where}: {ltype} takes a sequence (D, S, 1), got {c}x{h}x{w}")
     if ltype == "embedding":
@@ -375,7 +376,9 @@ def _infer_transformer(where: str, ltype: str, attrs: dict[str, Any], shape: tup
         d, s, heads = c, h, attrs["heads"]
         if d % heads:
             raise UsageError(f"{where}: heads={heads} must divide the width {d}")
-        pshapes: list[tuple[int, ...]] = [(3 * d, d)] + ([(3 * d,)] if bias else []) + [(d, d)] + ([(d,)] if bias else [])
+        pshapes: list[tuple[int, ...]] = [(3 * d, d)]
+        pshapes += [(3 * d,)] if bias else []
+        pshapes += [(d, d)] + ([(d,)] if bias else [])
         return (d, s, 1), pshapes, s * d * 3 * d + 2 * s * s * d + s * d * d
     if ltype == "select_token":
         if attrs["index"] >= h:
