@@ -58,7 +58,7 @@ def activation_bytes(layer: Layer, act_bytes: int) -> int:
         return 4 * elems
     if t == "attention":
         d, s, _ = layer.in_shapes[0]
-        scores = layer.attrs["heads"] * s * s
+        scores: int = layer.attrs["heads"] * s * s
         kept = 5 * d * s * act_bytes + scores * act_bytes
         if layer.attrs["dropout"] > 0:
             kept += scores * (1 + act_bytes)  # mask and dropped probabilities
