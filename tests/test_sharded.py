@@ -138,3 +138,13 @@ def test_executor_and_compression_refuse_sharded():
         Strategy("x", shard=4)
     with pytest.raises(UsageError, match="goes with collective"):
         Strategy("x", shard=1, collective="ps")
+
+
+def test_sharded_on_a_two_level_cluster():
+    # reduce-scatter + all-gather as a flat ring across nodes: ZeRO-1 moves what ring's all-reduce does
+    from gdlbench import cluster
+    c = cluster.Cluster(8, cluster.link("nvlink4", "--intra"), cluster.link("ib-hdr", "--inter"), 1, 4, algo="ring")
+    ddp = get_strategies("wfbp-fusion", bucket_bytes=10**12)[0]  # one bucket, as ZeRO-1's
+    ring = predict_iteration(GPT, PH, c, ddp, 32).comm_us
+    assert predict_iteration(GPT, PH, c, SHARDED["zero1"], 32).comm_us == pytest.approx(ring)
+    assert predict_iteration(GPT, PH, c, SHARDED["zero3"], 32).comm_us > 1.4 * ring
