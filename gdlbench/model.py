@@ -991,5 +991,7 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
             label = f"{m['collective']} {m['when']} {message_label(m['layers'])}"
             tl.append(MessageSpan(lane="comm", name=label, start_us=t0 + s, end_us=t0 + e, bytes=m["bytes"]))
     comm_exposed = span - t_f - t_b - t_u  # what communication (and contention) adds to compute
+    if abs(comm_exposed) <= 1e-9 * max(1.0, span):  # the rounding of a sum, not a time
+        comm_exposed = 0.0
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, sum(costs),
                       comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]))
