@@ -180,8 +180,8 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
     """'all', one preset name, or a comma-separated list (an item ending in .json is a user's
     strategy file, see load_strategy). bucket_bytes / servers override the presets that fuse /
     use servers."""
-    names = (list(PRESETS) if text.strip() == "all" else list(SHARDED) if text.strip() == "sharded"
-             else split_list(text, "--strategy"))
+    names = list(PRESETS) if text.strip() == "all" else split_list(text, "--strategy")
+    names = [n for name in names for n in (SHARDED if name == "sharded" else [name])]  # 'sharded': all four
     if not names:
         raise UsageError("--strategy: give a preset name, a comma-separated list or 'all'")
     out = []

@@ -122,6 +122,7 @@ def test_schedule_lanes_by_hand():
 
 def test_sharded_strategies_are_named_not_in_all():
     assert {s.name for s in get_strategies("sharded")} == set(SHARDED)
+    assert [s.name for s in get_strategies("wfbp,sharded")] == ["wfbp", *SHARDED]
     assert not {s.name for s in get_strategies("all")} & set(SHARDED)
     assert "ZeRO" in SHARDED["zero3"].source and "FSDP" in SHARDED["fsdp"].source
     assert "reduce-scatter" in SHARDED["zero2"].describe()
