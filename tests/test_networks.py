@@ -410,3 +410,18 @@ def test_cli_nets_lists_transformers():
     p = run_cli("nets")
     assert p.returncode == 0, p.stderr
     assert "gpt2-small" in p.stdout and "124,439,808" in p.stdout and "86,567,656" in p.stdout
+
+
+@pytest.mark.parametrize("shape, message", [
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16}, "needs vocab"),
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10, "depth": 3}, "unknown transformer key"),
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10, "tied": 1}, "tied must be true or false"),
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10, "dropout": 1.5}, "dropout must be in"),
+    ({"layers": 2.5, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10}, "layers must be an integer"),
+    ("big", "'transformer' must be an object"),
+])
+def test_bad_transformer_shapes_are_usage_errors(shape, message):
+    with pytest.raises(UsageError, match=message):
+        load_network({"name": "mine", "transformer": shape})
+    with pytest.raises(UsageError, match="has no layers"):
+        load_network({"name": "mine", "transformer": {}, "layers": []})

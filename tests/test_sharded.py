@@ -149,3 +149,17 @@ def test_sharded_on_a_two_level_cluster():
     ring = predict_iteration(GPT, PH, c, ddp, 32).comm_us
     assert predict_iteration(GPT, PH, c, SHARDED["zero1"], 32).comm_us == pytest.approx(ring)
     assert predict_iteration(GPT, PH, c, SHARDED["zero3"], 32).comm_us > 1.4 * ring
+
+
+def test_strategy_file_with_shard(tmp_path):
+    from gdlbench.strategies import load_strategy
+    f = tmp_path / "my-zero.json"
+    f.write_text('{"shard": 3, "prefetch": false, "overlap": "wfbp"}')
+    s = load_strategy(str(f))
+    assert (s.name, s.shard, s.prefetch) == ("my-zero", 3, False)
+    assert len([m for m in plan_sharded(GPT, s) if m["collective"] == "allgather"]) == 26
+    for bad, message in (('{"shard": 5}', "ZeRO stage"), ('{"shard": true}', "wrong type"),
+                         ('{"prefetch": 1}', "wrong type")):
+        f.write_text(bad)
+        with pytest.raises(UsageError, match=message):
+            load_strategy(str(f))
