@@ -803,20 +803,24 @@ class ShardUnit:
 
 
 def shard_units(net: Network | str) -> list[ShardUnit]:
-    """The units of a net in the order forward first uses them."""
+    """The units of a net in the order forward first uses them. A tied lm_head joins the unit
+    of the embedding whose table it uses (it needs those parameters gathered)."""
     net = load_network(net)
-    blocks: dict[str, list[int]] = {}
-    for i, layer in enumerate(net.layers):
-        if layer.block:
-            blocks.setdefault(layer.block, []).append(i)
-    units: list[ShardUnit] = []
-    if blocks:
-        rest = [i for i, lay in enumerate(net.layers) if not lay.block and lay.params]
-        if rest:
-            units.append(ShardUnit("root", tuple(rest), sum(net.layers[i].params for i in rest), root=True))
-        units += [ShardUnit(b, tuple(ix), sum(net.layers[i].params for i in ix)) for b, ix in blocks.items()]
-    else:
-        units = [ShardUnit(lay.name, (i,), lay.params) for i, lay in enumerate(net.layers) if lay.params]
+    has_blocks = any(lay.block for lay in net.layers)
+    emb = next((i for i, lay in enumerate(net.layers) if lay.type == "embedding"), None)
+
+    def key(i: int) -> str:
+        lay = net.layers[i]
+        if lay.type == "lm_head" and lay.attrs.get("tied") and emb is not None and i != emb:
+            return key(emb)
+        return lay.block if lay.block else ("" if has_blocks else lay.name)
+
+    members: dict[str, list[int]] = {}
+    for i, lay in enumerate(net.layers):
+        if lay.block or lay.params or (lay.type == "lm_head" and lay.attrs.get("tied")):
+            members.setdefault(key(i), []).append(i)
+    units = [ShardUnit(k or "root", tuple(ix), sum(net.layers[i].params for i in ix), root=not k)
+             for k, ix in members.items()]
     return sorted((u for u in units if u.params), key=lambda u: u.layers[0])
 
 

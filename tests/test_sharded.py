@@ -33,6 +33,8 @@ def test_units_of_gpt2_are_root_and_blocks():
     units = shard_units(GPT)
     assert [u.name for u in units] == ["root"] + [f"h.{i}" for i in range(12)]
     assert units[0].root and units[0].params == ROOT and {u.params for u in units[1:]} == {BLOCK}
+    # the tied LM head uses wte: it is in the root unit, which backward gathers before it
+    assert [GPT.layers[i].name for i in units[0].layers] == ["wte+wpe", "ln_f", "lm_head"]
     assert sum(u.params for u in units) == PSI
     # a net without blocks: one unit per layer with parameters
     assert [u.name for u in shard_units("alexnet")][:2] == ["conv1", "conv2"]
