@@ -106,7 +106,12 @@ _ATTRS: dict[str, dict[str, Any]] = {
     "add": {},
     "dropout": {"ratio": 0.5},
     "softmax_xent": {"loss_weight": 1.0},
-    # transformers (module docstring)
+}
+LAYER_TYPES = tuple(_ATTRS)
+_MULTI_INPUT = ("concat", "add")
+_PAIR_ATTRS = ("kernel", "stride", "pad", "dilation")
+# transformers (module docstring; _normalise_transformer, _infer_transformer)
+_TRANSFORMER_ATTRS: dict[str, dict[str, Any]] = {
     "embedding": {"vocab": None, "hidden": None, "positions": None, "token_types": 0},
     "tokens": {"class_token": True},
     "layernorm": {"eps": 1e-5},
@@ -117,9 +122,8 @@ _ATTRS: dict[str, dict[str, Any]] = {
     "select_token": {"index": 0},
     "lm_head": {"vocab": None, "tied": True, "bias": False},
 }
+_ATTRS.update(_TRANSFORMER_ATTRS)
 LAYER_TYPES = tuple(_ATTRS)
-_MULTI_INPUT = ("concat", "add")
-_PAIR_ATTRS = ("kernel", "stride", "pad", "dilation")
 
 
 @dataclass(frozen=True)
@@ -274,21 +278,19 @@ def _normalise_attrs(where: str, ltype: str, raw: dict[str, Any]) -> dict[str, A
             if h < (0 if key == "pad" else 1) or w < (0 if key == "pad" else 1):
                 raise UsageError(f"{where}: {key} must be {'>= 0' if key == 'pad' else '>= 1'}, got {attrs[key]!r}")
             attrs[key] = [h, w]
-    for key in ("out_channels", "out_features", "groups", "size", "vocab", "hidden", "positions", "heads"):
+    for key in ("out_channels", "out_features", "groups", "size"):
         if key in attrs:
             attrs[key] = _positive_int(attrs[key], f"{where}: {key}")
-    for key in ("token_types", "index"):
-        if key in attrs:
-            attrs[key] = _positive_int(attrs[key], f"{where}: {key}", minimum=0)
-    for key in ("alpha", "beta", "k", "eps", "momentum", "loss_weight", "ratio", "dropout"):
+    for key in ("alpha", "beta", "k", "eps", "momentum", "loss_weight", "ratio"):
         if key in attrs:
             attrs[key] = _number(attrs[key], f"{where}: {key}")
-    for key in ("ratio", "dropout"):
-        if key in attrs and not 0 <= attrs[key] < 1:
-            raise UsageError(f"{where}: {key} must be in [0, 1), got {attrs[key]}")
-    for key in ("bias", "ceil_mode", "causal", "tied", "class_token"):
+    if "ratio" in attrs and not 0 <= attrs["ratio"] < 1:
+        raise UsageError(f"{where}: ratio must be in [0, 1), got {attrs['ratio']}")
+    for key in ("bias", "ceil_mode"):
         if key in attrs and not isinstance(attrs[key], bool):
             raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
+    if ltype in _TRANSFORMER_ATTRS:
+        _normalise_transformer(where, attrs)
     return attrs
 
 
@@ -301,6 +303,8 @@ def _infer(where: str, ltype: str, attrs: dict[str, Any], shapes: list[tuple[int
     elif len(shapes) != 1:
         raise UsageError(f"{where}: {ltype} takes one input, got {len(shapes)}")
     c, h, w = shapes[0]
+    if ltype in _TRANSFORMER:
+        return _infer_transformer(where, ltype, attrs, (c, h, w))
     if ltype == "conv":
         k, g = attrs["out_channels"], attrs["groups"]
         (r, s), (sh, sw), (ph, pw), (dh, dw) = attrs["kernel"], attrs["stride"], attrs["pad"], attrs["dilation"]
@@ -341,9 +345,25 @@ def _infer(where: str, ltype: str, attrs: dict[str, Any], shapes: list[tuple[int
         return shapes[0], [], 0
     if ltype == "softmax_xent":
         return (1, 1, 1), [], 0
-    if ltype in _TRANSFORMER:
-        return _infer_transformer(where, ltype, attrs, (c, h, w))
-    return (c, h, w), [], 0  # relu, lrn, dropout, gelu, tanh: shape-preserving
+    return (c, h, w), [], 0  # relu, lrn, dropout: shape-preserving
+
+
+def _normalise_transformer(where: str, attrs: dict[str, Any]) -> None:
+    """The checks of the transformer types' attributes, in place."""
+    for key in ("out_features", "vocab", "hidden", "positions", "heads"):
+        if key in attrs:
+            attrs[key] = _positive_int(attrs[key], f"{where}: {key}")
+    for key in ("token_types", "index"):
+        if key in attrs:
+            attrs[key] = _positive_int(attrs[key], f"{where}: {key}", minimum=0)
+    for key in ("eps", "dropout"):
+        if key in attrs:
+            attrs[key] = _number(attrs[key], f"{where}: {key}")
+    if "dropout" in attrs and not 0 <= attrs["dropout"] < 1:
+        raise UsageError(f"{where}: dropout must be in [0, 1), got {attrs['dropout']}")
+    for key in ("bias", "causal", "tied", "class_token"):
+        if key in attrs and not isinstance(attrs[key], bool):
+            raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
 
 
 _TRANSFORMER = ("embedding", "tokens", "layernorm", "attention", "linear", "select_token", "lm_head")

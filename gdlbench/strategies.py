@@ -168,7 +168,9 @@ def load_strategy(path: str) -> Strategy:
     doc.setdefault("name", Path(path).stem)
     types: dict[str, type | tuple[type, ...]] = {"name": str, "collective": str, "algo": (str, type(None)), "overlap": str,
              "bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
-             "assumptions": str, "source": str, "shard": int, "prefetch": bool, "keep_root": bool}
+             "assumptions": str, "source": str}
+
+    types |= {"shard": int, "prefetch": bool, "keep_root": bool}  # sharded strategies
     for k, v in doc.items():
         if not isinstance(v, types[k]) or (isinstance(v, bool) and types[k] is not bool):
             raise UsageError(f"--strategy {path}: {k} has the wrong type ({v!r})")
