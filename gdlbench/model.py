@@ -16,6 +16,9 @@ t_c (gradient aggregation, from a communication model), t_u.
              round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half).
 - fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
 - no overlap: the same recurrence with every r_l = t_b (all messages after backward).
+- sharded (ZeRO-1/2/3, FSDP; strategies.SHARDED): reduce-scatters of the gradients and
+             all-gathers of the parameters (plan_sharded), on a communication lane beside the
+             compute lane, the update of 1/N of the parameters (predict_sharded, schedule_lanes).
 
 Communication of one message of m bytes among N workers: the algorithm's formula in
 costmodel.COSTS (alpha us per step, beta us per byte on the link, gamma us per byte reduced);
