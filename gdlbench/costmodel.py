@@ -167,6 +167,16 @@ def _ps2(s: TwoLevelShape, m: float) -> Terms:
     return _levels((0, 0, 0), (2, 2 * crossing, s.nranks / p))
 
 
+def _rsag2(reduce: bool) -> Callable[[TwoLevelShape, float], Terms]:
+    """A reduce-scatter (reduce) or all-gather of m bytes in all on a cluster: a flat ring of N-1
+    steps of m/N, each waiting for its inter-node hop (half of _ring2: ZeRO's pair of them costs
+    what the ring all-reduce does)."""
+    def terms(s: TwoLevelShape, m: float) -> Terms:
+        n = s.nranks
+        return _levels((0, 0, 0), (n - 1, (n - 1) / n, (n - 1) / n if reduce else 0.0), inter_at=2 * m / n)
+    return terms
+
+
 @dataclass(frozen=True)
 class Cost:
     """One algorithm's (or library collective's) cost: its formula as printed and its terms."""
@@ -233,9 +243,11 @@ _ENTRIES = (
     Cost("ps_push", "a + (N/P) m b + (N/P) m g", _ps_push),
     Cost("ps_pull", "a + (N/P) m b", _ps_pull),
     Cost("reduce_scatter", "ceil(log2 N) a + (N-1)/N m b + (N-1)/N m g  (m: total buffer)",
-         lambda s: Terms.one_level(s.log2, s.share, s.share), collective="reduce_scatter"),
+         lambda s: Terms.one_level(s.log2, s.share, s.share), collective="reduce_scatter",
+         two_level=_rsag2(True), two_level_formula="(N-1) (a2 + m/N b2) + (N-1)/N m g2  (a flat ring)"),
     Cost("allgather", "ceil(log2 N) a + (N-1)/N m b  (m: total buffer)",
-         lambda s: Terms.one_level(s.log2, s.share), collective="allgather"),
+         lambda s: Terms.one_level(s.log2, s.share), collective="allgather",
+         two_level=_rsag2(False), two_level_formula="(N-1) (a2 + m/N b2)  (a flat ring)"),
     Cost("broadcast", "ceil(log2 N) (a + m b)  (binomial tree)",
          lambda s: Terms.one_level(s.log2, s.log2), collective="broadcast"),
 )

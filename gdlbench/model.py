@@ -16,6 +16,9 @@ t_c (gradient aggregation, from a communication model), t_u.
              round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half).
 - fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
 - no overlap: the same recurrence with every r_l = t_b (all messages after backward).
+- sharded (ZeRO-1/2/3, FSDP; strategies.SHARDED): reduce-scatters of the gradients and
+             all-gathers of the parameters (plan_sharded), on a communication lane beside the
+             compute lane, the update of 1/N of the parameters (predict_sharded, schedule_lanes).
 
 Communication of one message of m bytes among N workers: the algorithm's formula in
 costmodel.COSTS (alpha us per step, beta us per byte on the link, gamma us per byte reduced);
@@ -638,6 +641,9 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
     {"layers": [names], "indices": [layer indices], "bytes": int}; the executor sends exactly
     these, and predict_iteration(message_costs_us=...) takes their measured times in this order."""
     net = load_network(net)
+    if strategy.shard:  # the composed executor sends all-reduce messages only (issue 35)
+        raise UsageError(f"strategy {strategy.name}: the executor does not run sharded strategies yet; "
+                         "`gdlbench predict` models them")
     grads = net.gradient_messages(dtype_bytes)
     return [{"layers": [grads[j].layer for j in b], "indices": [grads[j].index for j in b],
              "bytes": sum(grads[j].bytes for j in b)}
@@ -653,6 +659,11 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     then be None, unless the pulls still need the model. dtype_bytes: bytes per gradient value
     (2 for fp16/bf16 gradients). compress: each message is encoded (its cost per dense byte) and
     sends 1/ratio of its bytes; the comm model prices the smaller message."""
+    if strategy.shard:  # ZeRO / FSDP: reduce-scatters and all-gathers (predict_sharded)
+        if message_costs_us is not None or pull_costs_us is not None or compress is not None:
+            raise UsageError(f"strategy {strategy.name}: measured message times and compression apply to "
+                             "the all-reduce strategies only")
+        return predict_sharded(net, phases, comm, strategy, workers, dtype_bytes)
     net = load_network(net)
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -784,3 +795,217 @@ def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, s
             speedup = n * base / p.t_iter_us if p.t_iter_us > 0 else math.nan
             rows.append(p.to_dict() | {"speedup": speedup, "efficiency": speedup / n, "t_iter_1_us": base})
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharded data parallelism: ZeRO-1/2/3 and FSDP (strategies.SHARDED; docs/model.md, sharded)
+
+
+@dataclass(frozen=True)
+class ShardUnit:
+    """What ZeRO-3/FSDP gather at once: a block (all its layers), the root (the parameterised
+    layers in no block), or, in a net without blocks, one parameterised layer."""
+
+    name: str
+    layers: tuple[int, ...]  # indices into net.layers, ascending
+    params: int
+    root: bool = False
+
+
+def shard_units(net: Network | str) -> list[ShardUnit]:
+    """The units of a net in the order forward first uses them. A tied lm_head joins the unit
+    of the embedding whose table it uses (it needs those parameters gathered)."""
+    net = load_network(net)
+    has_blocks = any(lay.block for lay in net.layers)
+    emb = next((i for i, lay in enumerate(net.layers) if lay.type == "embedding"), None)
+
+    def key(i: int) -> str:
+        lay = net.layers[i]
+        if lay.type == "lm_head" and lay.attrs.get("tied") and emb is not None and i != emb:
+            return key(emb)
+        return lay.block if lay.block else ("" if has_blocks else lay.name)
+
+    members: dict[str, list[int]] = {}
+    for i, lay in enumerate(net.layers):
+        if lay.block or lay.params or (lay.type == "lm_head" and lay.attrs.get("tied")):
+            members.setdefault(key(i), []).append(i)
+    units = [ShardUnit(k or "root", tuple(ix), sum(net.layers[i].params for i in ix), root=not k)
+             for k, ix in members.items()]
+    return sorted((u for u in units if u.params), key=lambda u: u.layers[0])
+
+
+@dataclass(frozen=True)
+class ShardMessage(Message):
+    """A message of a sharded strategy; times from the start of backward (forward's are < 0).
+    collective: 'reduce_scatter' or 'allgather'; when: 'forward', 'backward' or 'after_update';
+    bytes: the whole buffer (each rank sends and receives (N-1)/N of it)."""
+
+    collective: str = "reduce_scatter"
+    when: str = "backward"
+
+    def to_dict(self) -> dict[str, Any]:
+        return super().to_dict() | {"collective": self.collective, "when": self.when}
+
+
+def plan_sharded(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) -> list[dict[str, Any]]:
+    """The messages of a sharded strategy in the order its communication lane runs them: each
+    {"collective", "when", "layers": [names], "bytes", "ready": compute tasks done before it is
+    issued, "needed_by": the compute task that waits for it or None}. Compute tasks: forward's
+    layers 0..L-1, backward's L..2L-1 (last layer first), the update 2L."""
+    net = load_network(net)
+    nl = len(net.layers)
+    names = [lay.name for lay in net.layers]
+    msgs: list[dict[str, Any]] = []
+    if strategy.shard < 3:
+        grads = net.gradient_messages(dtype_bytes)
+        position = {i: p for p, i in enumerate(reversed(range(nl)))}
+        buckets = make_buckets([g.bytes for g in grads], strategy.bucket_bytes)
+        for b in buckets:
+            last = position[grads[b[-1]].index]  # a bucket is ready with its last gradient
+            ready = nl + last + 1 if strategy.overlap == "wfbp" else 2 * nl
+            msgs.append({"collective": "reduce_scatter", "when": "backward", "layers": [grads[j].layer for j in b],
+                         "bytes": sum(grads[j].bytes for j in b), "ready": ready, "needed_by": None, "order": 1})
+        for b in reversed(buckets):  # the updated parameters, in forward order
+            msgs.append({"collective": "allgather", "when": "after_update",
+                         "layers": [grads[j].layer for j in reversed(b)], "bytes": sum(grads[j].bytes for j in b),
+                         "ready": 2 * nl + 1, "needed_by": None, "order": 1})
+        return [{k: v for k, v in m.items() if k != "order"} for m in msgs]
+    units = shard_units(net)
+    # forward: unit j's all-gather is needed by its first layer; prefetched, it is issued when
+    # unit j-1 starts (FSDP forward_prefetch), else when unit j is reached
+    for j, u in enumerate(units):
+        issue = units[j - 1].layers[0] if strategy.prefetch and j > 0 else (0 if strategy.prefetch else u.layers[0])
+        msgs.append({"collective": "allgather", "when": "forward", "layers": [names[i] for i in u.layers],
+                     "bytes": u.params * dtype_bytes, "ready": issue, "needed_by": u.layers[0],
+                     "order": 0 if strategy.prefetch else 2})
+    # backward: task of layer i is nl + (nl - 1 - i); units in the order backward reaches them
+    def task(i: int) -> int:
+        return nl + (nl - 1 - i)
+    back = sorted(units, key=lambda u: -u.layers[-1])
+    gathered = [u for u in back if not (strategy.keep_root and u.root)]
+    for j, u in enumerate(gathered):
+        first = task(u.layers[-1])
+        if strategy.prefetch:  # issued when the unit before it in backward starts (BACKWARD_PRE)
+            issue = nl if j == 0 else max(nl, task(gathered[j - 1].layers[-1]))
+        else:
+            issue = first
+        msgs.append({"collective": "allgather", "when": "backward", "layers": [names[i] for i in u.layers],
+                     "bytes": u.params * dtype_bytes, "ready": issue, "needed_by": first,
+                     "order": 0 if strategy.prefetch else 2})
+    for u in back:  # a unit's gradients are reduce-scattered once its last backward layer is done
+        msgs.append({"collective": "reduce_scatter", "when": "backward", "layers": [names[i] for i in u.layers],
+                     "bytes": u.params * dtype_bytes, "ready": task(u.layers[0]) + 1, "needed_by": None,
+                     "order": 1})
+    # the lane runs them as they are issued; at the same moment a prefetch goes before the
+    # reduce-scatter just issued (BACKWARD_PRE), an on-demand all-gather after it
+    msgs.sort(key=lambda m: (m["ready"], m["order"]))
+    return [{k: v for k, v in m.items() if k != "order"} for m in msgs]
+
+
+def schedule_lanes(compute_us: Sequence[float], needs: Sequence[int | None], comm_us: Sequence[float],
+                   ready: Sequence[int], compute_slowdown: float = 1.0,
+                   comm_slowdown: float = 1.0) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """Two lanes, each in its order: compute task i starts when task i-1 has ended and comm task
+    needs[i] (if any) has ended; comm task j starts when comm task j-1 has ended and ready[j]
+    compute tasks have ended. While both run, compute runs compute_slowdown and comm
+    comm_slowdown times slower. Returns the (start, end) of every compute and comm task."""
+    nc, nm = len(compute_us), len(comm_us)
+    cs: list[tuple[float, float]] = []
+    ms: list[tuple[float, float]] = []
+    t, k, j = 0.0, 0, 0
+    left_c: float | None = None  # compute task k's work left, None before it starts
+    left_m: float | None = None
+    eps = 1e-9
+    while k < nc or j < nm:
+        if k < nc and left_c is None:
+            w = needs[k]
+            if w is None or w < j:
+                cs.append((t, t))
+                left_c = float(compute_us[k])
+        if j < nm and left_m is None and k >= ready[j]:
+            ms.append((t, t))
+            left_m = float(comm_us[j])
+        if left_c is not None and left_c <= eps:
+            cs[-1] = (cs[-1][0], t)
+            k, left_c = k + 1, None
+            continue
+        if left_m is not None and left_m <= eps:
+            ms[-1] = (ms[-1][0], t)
+            j, left_m = j + 1, None
+            continue
+        if left_c is None and left_m is None:
+            raise AssertionError(f"schedule_lanes: deadlock at compute task {k}, comm task {j}")
+        both = left_c is not None and left_m is not None
+        rate_c = 1.0 / compute_slowdown if both else 1.0
+        rate_m = 1.0 / comm_slowdown if both else 1.0
+        dt = min(left_c / rate_c if left_c is not None else math.inf, left_m / rate_m if left_m is not None else math.inf)
+        t += dt
+        if left_c is not None:
+            left_c = 0.0 if dt >= left_c / rate_c else max(0.0, left_c - dt * rate_c)
+        if left_m is not None:
+            left_m = 0.0 if dt >= left_m / rate_m else max(0.0, left_m - dt * rate_m)
+    return cs, ms
+
+
+def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
+                    workers: int, dtype_bytes: int = 4) -> Prediction:
+    """The iteration of a sharded strategy (ZeRO-1/2/3, FSDP): plan_sharded's messages priced by
+    the cost model's reduce_scatter and allgather formulas (m: the whole buffer; costmodel.COSTS,
+    or the cluster's), scheduled with forward, backward and the update of 1/N of the parameters
+    on two lanes (schedule_lanes). I/O and h2d as predict_iteration."""
+    net = load_network(net)
+    if workers < 1:
+        raise UsageError(f"workers must be >= 1, got {workers}")
+    if comm is None:
+        raise UsageError("predict_iteration: a comm model is needed for a sharded strategy")
+    n, nl = workers, len(net.layers)
+    fwd, bwd = phases.per_layer(net, "forward"), phases.per_layer(net, "backward")
+    t_u = phases.update_us / n  # each rank updates its shard
+    plan = plan_sharded(net, strategy, dtype_bytes)
+    costs = [comm.allreduce_us(m["collective"], m["bytes"], n) for m in plan]
+    compute = fwd + bwd[::-1] + [t_u]
+    needs: list[int | None] = [None] * len(compute)
+    for j, m in enumerate(plan):
+        if m["needed_by"] is not None:
+            needs[m["needed_by"]] = j
+    rs = [j for j, m in enumerate(plan) if m["collective"] == "reduce_scatter"]
+    needs[2 * nl] = rs[-1] if rs else None  # the update waits for its reduced gradients
+    ready = [m["ready"] for m in plan]
+    c_slow, m_slow = phases.slowdowns(strategy.name)
+    cs, ms = schedule_lanes(compute, needs, costs, ready, c_slow, m_slow)
+    span = max(cs[-1][1], ms[-1][1] if ms else 0.0)  # from the start of forward
+    t_f, t_b, t_io, t_h2d = phases.forward_us, phases.backward_us, phases.io_us, phases.h2d_us
+    eta = phases.overlap_efficiency
+    beside = (1 - eta) * t_io if phases.read_beside_us is None else phases.read_beside_us
+    io_exposed = max(beside, t_io - span) if strategy.io_prefetch else t_io
+    t_iter = t_h2d + (max(beside + span, t_io) if strategy.io_prefetch else t_io + span)
+    t0 = io_exposed + t_h2d
+    b0 = cs[nl][0] if nl < len(cs) else 0.0  # backward's start
+    tl: list[Span] = []
+    if t_io > 0:
+        tl.append({"lane": "io", "name": "read the next batch (prefetch thread)" if strategy.io_prefetch
+                   else "read the batch", "start_us": io_exposed + t_h2d if strategy.io_prefetch else 0.0,
+                   "end_us": (io_exposed + t_h2d if strategy.io_prefetch else 0.0) + t_io})
+    if t_h2d > 0:
+        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": io_exposed, "end_us": t0})
+    order = list(range(nl)) + list(reversed(range(nl)))
+    for k, (s, e) in enumerate(cs[:2 * nl]):
+        if e > s:
+            tl.append({"lane": "forward" if k < nl else "backward", "name": net.layers[order[k]].name,
+                       "start_us": t0 + s, "end_us": t0 + e})
+    if t_u > 0:
+        tl.append({"lane": "update", "name": f"update of 1/{n} of the parameters", "start_us": t0 + cs[-1][0],
+                   "end_us": t0 + cs[-1][1]})
+    messages: list[Message] = []
+    for m, (s, e) in zip(plan, ms, strict=True):
+        ready_at = cs[m["ready"] - 1][1] if m["ready"] > 0 else 0.0
+        messages.append(ShardMessage(tuple(m["layers"]), m["bytes"], ready_at - b0, s - b0, e - b0,
+                                     m["collective"], m["when"]))
+        if e > s:
+            label = f"{m['collective']} {m['when']} {message_label(m['layers'])}"
+            tl.append(MessageSpan(lane="comm", name=label, start_us=t0 + s, end_us=t0 + e, bytes=m["bytes"]))
+    comm_exposed = span - t_f - t_b - t_u  # what communication (and contention) adds to compute
+    if abs(comm_exposed) <= 1e-9 * max(1.0, span):  # the rounding of a sum, not a time
+        comm_exposed = 0.0
+    return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, sum(costs),
+                      comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]))

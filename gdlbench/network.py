@@ -31,8 +31,31 @@ or [h, w]):
                   preserving, no multiply-adds; what `gdlbench import-trace` makes of a traced job's
                   gradients: the model prices it, the executor cannot run it)
 
+Transformer layers (gdlbench/nets/transformer.py builds GPT-2, BERT and ViT from them). A sequence
+of S tokens of width D is the per-sample shape (D, S, 1): channels are the features, H the
+positions; the token input of a language model is [1, S, 1] (one id per position).
+  embedding       vocab, hidden, positions, token_types [0]   (1, S, 1) -> (hidden, S, 1): token,
+                  learned position (S <= positions) and token-type tables, summed
+  tokens          class_token [true]                (C, H, W) -> (C, H*W [+1], 1): patches to tokens,
+                  a learned class token prepended and a learned position embedding added (ViT)
+  layernorm       eps [1e-5]                        over the features at each position: 2D parameters
+  attention       heads, bias [true], causal [false], dropout [0]   multi-head self-attention on
+                  (D, S, 1): QKV projection [3D, D] (+[3D]), softmax(Q K^T / sqrt(D/heads)) V,
+                  output projection [D, D] (+[D]); dropout on the attention probabilities
+  linear          out_features, bias [true]         per position: (C, H, W) -> (F, H, W), [F, C] (+[F])
+  gelu, tanh      -
+  select_token    index [0]                         (C, S, 1) -> (C, 1, 1): one position (the class token)
+  lm_head         vocab, tied [true], bias [false]  (D, S, 1) -> (vocab, S, 1): logits; tied: the
+                  weight is the first embedding layer's token table (no parameter of its own)
+
+A layer may name the `block` it belongs to (a string, e.g. "h.3"): a transformer block, the unit
+that activation checkpointing recomputes and that ZeRO-3/FSDP gather at once (gdlbench.memory,
+gdlbench.model); it is not an attribute and does not change shapes or counts.
+
 Multiply-adds (`fwd_macs`) count convolutions and fully connected layers only, per sample, the
-convention of the published figures (AlexNet 0.72 G, ResNet-50 4.1 G); FLOPs = 2 x MACs.
+convention of the published figures (AlexNet 0.72 G, ResNet-50 4.1 G); FLOPs = 2 x MACs. For
+transformers also linear, lm_head and attention: S D 3D (QKV) + S^2 D (Q K^T) + S^2 D (AV) + S D^2
+(output), the full S x S scores even when causal (the unfused kernels compute them all).
 
 `Network.layer_specs()` is the contract the C++ iteration executor consumes. Keep it stable:
 a list, in topological order (the order of the spec), of plain dicts
@@ -91,6 +114,20 @@ _ATTRS: dict[str, dict[str, Any]] = {
 LAYER_TYPES = tuple(_ATTRS)
 _MULTI_INPUT = ("concat", "add")
 _PAIR_ATTRS = ("kernel", "stride", "pad", "dilation")
+# transformers (module docstring; _normalise_transformer, _infer_transformer)
+_TRANSFORMER_ATTRS: dict[str, dict[str, Any]] = {
+    "embedding": {"vocab": None, "hidden": None, "positions": None, "token_types": 0},
+    "tokens": {"class_token": True},
+    "layernorm": {"eps": 1e-5},
+    "attention": {"heads": None, "bias": True, "causal": False, "dropout": 0.0},
+    "linear": {"out_features": None, "bias": True},
+    "gelu": {},
+    "tanh": {},
+    "select_token": {"index": 0},
+    "lm_head": {"vocab": None, "tied": True, "bias": False},
+}
+_ATTRS.update(_TRANSFORMER_ATTRS)
+LAYER_TYPES = tuple(_ATTRS)
 
 
 @dataclass(frozen=True)
@@ -105,6 +142,7 @@ class Layer:
     attrs: dict[str, Any] = field(compare=False)
     param_shapes: tuple[tuple[int, ...], ...]
     fwd_macs: int
+    block: str = field(default="", compare=False)  # the spec's "block" (module docstring); "" none
 
     @property
     def params(self) -> int:
@@ -134,6 +172,10 @@ class Network:
     """A loaded, shape-checked network. Build with `load_network(name_or_path)`."""
 
     def __init__(self, spec: dict[str, Any], origin: str = "<dict>") -> None:
+        if isinstance(spec, dict) and "transformer" in spec:  # a user's transformer by its shape
+            from .nets.transformer import expand
+
+            spec = expand(spec, origin)
         self.origin = origin
         self.spec = spec
         self.name, self.input_shape, self.layers = _build(spec, origin)
@@ -258,6 +300,8 @@ def _normalise_attrs(where: str, ltype: str, raw: dict[str, Any]) -> dict[str, A
     for key in ("bias", "ceil_mode"):
         if key in attrs and not isinstance(attrs[key], bool):
             raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
+    if ltype in _TRANSFORMER_ATTRS:
+        _normalise_transformer(where, attrs)
     return attrs
 
 
@@ -270,6 +314,8 @@ def _infer(where: str, ltype: str, attrs: dict[str, Any], shapes: list[tuple[int
     elif len(shapes) != 1:
         raise UsageError(f"{where}: {ltype} takes one input, got {len(shapes)}")
     c, h, w = shapes[0]
+    if ltype in _TRANSFORMER:
+        return _infer_transformer(where, ltype, attrs, (c, h, w))
     if ltype == "conv":
         k, g = attrs["out_channels"], attrs["groups"]
         (r, s), (sh, sw), (ph, pw), (dh, dw) = attrs["kernel"], attrs["stride"], attrs["pad"], attrs["dilation"]
@@ -313,6 +359,68 @@ def _infer(where: str, ltype: str, attrs: dict[str, Any], shapes: list[tuple[int
     if ltype == "params":
         return (c, h, w), [tuple(sh) for sh in attrs["shapes"]], 0
     return (c, h, w), [], 0  # relu, lrn, dropout: shape-preserving
+
+
+def _normalise_transformer(where: str, attrs: dict[str, Any]) -> None:
+    """The checks of the transformer types' attributes, in place."""
+    for key in ("out_features", "vocab", "hidden", "positions", "heads"):
+        if key in attrs:
+            attrs[key] = _positive_int(attrs[key], f"{where}: {key}")
+    for key in ("token_types", "index"):
+        if key in attrs:
+            attrs[key] = _positive_int(attrs[key], f"{where}: {key}", minimum=0)
+    for key in ("eps", "dropout"):
+        if key in attrs:
+            attrs[key] = _number(attrs[key], f"{where}: {key}")
+    if "dropout" in attrs and not 0 <= attrs["dropout"] < 1:
+        raise UsageError(f"{where}: dropout must be in [0, 1), got {attrs['dropout']}")
+    for key in ("bias", "causal", "tied", "class_token"):
+        if key in attrs and not isinstance(attrs[key], bool):
+            raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
+
+
+_TRANSFORMER = ("embedding", "tokens", "layernorm", "attention", "linear", "select_token", "lm_head")
+
+
+def _infer_transformer(where: str, ltype: str, attrs: dict[str, Any], shape: tuple[int, int, int]
+                       ) -> tuple[tuple[int, int, int], list[tuple[int, ...]], int]:
+    c, h, w = shape
+    bias = bool(attrs.get("bias"))
+    if ltype == "layernorm":
+        return (c, h, w), [(c,), (c,)], 0
+    if ltype == "linear":
+        f = attrs["out_features"]
+        return (f, h, w), [(f, c)] + ([(f,)] if bias else []), c * f * h * w
+    if ltype == "tokens":
+        s = h * w + (1 if attrs["class_token"] else 0)
+        tok: list[tuple[int, ...]] = [(1, c)] if attrs["class_token"] else []
+        return (c, s, 1), tok + [(s, c)], 0
+    if w != 1:
+        raise UsageError(f"{where}: {ltype} takes a sequence (D, S, 1), got {c}x{h}x{w}")
+    if ltype == "embedding":
+        d, s = attrs["hidden"], h
+        if c != 1:
+            raise UsageError(f"{where}: embedding takes token ids (1, S, 1), got {c}x{h}x{w}")
+        if s > attrs["positions"]:
+            raise UsageError(f"{where}: sequence {s} is longer than positions {attrs['positions']}")
+        tables = [(attrs["vocab"], d), (attrs["positions"], d)]
+        return (d, s, 1), tables + ([(attrs["token_types"], d)] if attrs["token_types"] else []), 0
+    if ltype == "attention":
+        d, s, heads = c, h, attrs["heads"]
+        if d % heads:
+            raise UsageError(f"{where}: heads={heads} must divide the width {d}")
+        pshapes: list[tuple[int, ...]] = [(3 * d, d)]
+        pshapes += [(3 * d,)] if bias else []
+        pshapes += [(d, d)] + ([(d,)] if bias else [])
+        return (d, s, 1), pshapes, s * d * 3 * d + 2 * s * s * d + s * d * d
+    if ltype == "select_token":
+        if attrs["index"] >= h:
+            raise UsageError(f"{where}: index {attrs['index']} is outside the sequence of {h}")
+        return (c, 1, 1), [], 0
+    # lm_head
+    v = attrs["vocab"]
+    own: list[tuple[int, ...]] = [] if attrs["tied"] else [(v, c)]
+    return (v, h, 1), own + ([(v,)] if bias else []), c * v * h
 
 
 def _is_comment(key: Any) -> bool:
@@ -372,12 +480,27 @@ def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Laye
                     "comes later in the list (layers must be in topological order)" if later
                     else "is not a layer defined before it (or 'data')"))
         attrs = _normalise_attrs(where, ltype, {k: v for k, v in raw.items()
-                                                if k not in ("name", "type", "inputs") and not _is_comment(k)})
+                                                if k not in ("name", "type", "inputs", "block") and not _is_comment(k)})
+        block = raw.get("block", "")
+        if not isinstance(block, str):
+            raise UsageError(f"{where}: 'block' must be a string, got {block!r}")
         shapes = [input_shape if j < 0 else layers[j].out_shape for j in idx]
         out, pshapes, macs = _infer(where, ltype, attrs, shapes)
+        if ltype == "lm_head" and attrs["tied"]:
+            _check_tied(where, attrs["vocab"], shapes[0][0], layers)
         index[lname] = len(layers)
-        layers.append(Layer(lname, ltype, tuple(idx), tuple(shapes), out, attrs, tuple(pshapes), macs))
+        layers.append(Layer(lname, ltype, tuple(idx), tuple(shapes), out, attrs, tuple(pshapes), macs, block))
     return name, input_shape, layers
+
+
+def _check_tied(where: str, vocab: int, width: int, layers: list[Layer]) -> None:
+    """A tied lm_head reuses the first embedding's token table: it must exist and match."""
+    emb = next((lay for lay in layers if lay.type == "embedding"), None)
+    if emb is None:
+        raise UsageError(f"{where}: tied lm_head needs an embedding layer before it")
+    if emb.param_shapes[0] != (vocab, width):
+        raise UsageError(f"{where}: tied lm_head [{vocab}, {width}] does not match the embedding "
+                         f"{emb.name!r} [{emb.param_shapes[0][0]}, {emb.param_shapes[0][1]}]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,7 +566,8 @@ def net_option(text: str) -> str:
 
 
 def load_network(net: str | Path | dict[str, Any] | Network) -> Network:
-    """A built-in name ('resnet50'), a path to a .json/.py spec, a spec dict, or a Network."""
+    """A built-in name ('resnet50'; a transformer with parameters, 'gpt2-small:seq=128'), a path
+    to a .json/.py spec, a spec dict, or a Network."""
     if isinstance(net, Network):
         return net
     if isinstance(net, dict):
@@ -454,5 +578,12 @@ def load_network(net: str | Path | dict[str, Any] | Network) -> Network:
         return Network(builtins[text](), origin=text)
     if text.endswith((".json", ".py")) or "/" in text:
         return Network(_load_path(Path(text)), origin=text)
+    base, colon, params = text.partition(":")
+    if colon:  # a transformer with its parameters: gpt2-small:seq=128 (gdlbench/nets/transformer.py)
+        from .nets.transformer import PARAMETRISED, with_params
+
+        if base not in PARAMETRISED:
+            raise UsageError(f"--net {text}: only {', '.join(PARAMETRISED)} take parameters (NAME:KEY=VALUE:...)")
+        return Network(with_params(base, params), origin=text)
     raise UsageError(f"--net: unknown network {text!r} (built in: {', '.join(builtins)}; "
                      "or a path to a .json spec)")

@@ -16,6 +16,7 @@ from .errors import UsageError
 from .units import split_list
 
 OVERLAPS = ("none", "wfbp")
+SHARD_STAGES = (0, 1, 2, 3)
 COLLECTIVES = ("allreduce", "ps")
 PS_PULLS = ("with_push", "after_push")
 DDP_BUCKET_BYTES = 25 * 2**20  # PyTorch DDP's bucket_cap_mb=25 (MiB)
@@ -34,7 +35,16 @@ class Strategy:
     servers: parameter servers P (None: one per worker, P = N). ps_pull: 'with_push' (each
     message is a push and its pull: the cost model's ps formula) or 'after_push' (pushes overlap backward,
     the pulls of the updated parameters come after all pushes and the update).
-    io_prefetch: the next batch is read on another thread during this iteration."""
+    io_prefetch: the next batch is read on another thread during this iteration.
+    shard: the ZeRO stage (Rajbhandari et al., SC20): 0 replicates everything (the all-reduce
+    strategies); 1 shards the optimizer states (gradients reduce-scattered in buckets, the
+    updated parameters all-gathered after the update); 2 also the gradients (the same messages);
+    3 also the parameters (each unit's parameters all-gathered before its forward and again
+    before its backward, its gradients reduce-scattered after its backward; no all-gather after
+    the update). prefetch (stage 3): the next unit's all-gather is issued when the current unit
+    starts computing, in forward and backward (FSDP's forward_prefetch and BACKWARD_PRE).
+    keep_root (stage 3): the root unit (the layers in no block) keeps its parameters from forward
+    to backward, as FSDP does not reshard its root after forward."""
 
     name: str
     collective: str = "allreduce"
@@ -47,6 +57,9 @@ class Strategy:
     io_prefetch: bool = True
     assumptions: str = ""
     source: str = ""
+    shard: int = 0
+    prefetch: bool = False
+    keep_root: bool = False
 
     def __post_init__(self) -> None:
         if self.collective not in COLLECTIVES:
@@ -61,9 +74,16 @@ class Strategy:
             raise UsageError(f"strategy {self.name}: first_bucket_bytes must be >= 1, and goes with bucket_bytes")
         if self.servers is not None and self.servers < 1:
             raise UsageError(f"strategy {self.name}: servers must be >= 1 or None")
+        if self.shard not in SHARD_STAGES or isinstance(self.shard, bool):
+            raise UsageError(f"strategy {self.name}: shard must be a ZeRO stage, one of {SHARD_STAGES}")
+        if self.shard and self.collective != "allreduce":
+            raise UsageError(f"strategy {self.name}: shard > 0 goes with collective 'allreduce' (the "
+                             "reduce-scatter and all-gather replace it)")
 
     def describe(self) -> str:
         """One line: what the model does for this strategy."""
+        if self.shard:
+            return describe_sharded(self)
         if self.collective == "ps":
             send = f"parameter servers (P = {self.servers or 'N'}), push/pull"
             if self.ps_pull == "after_push":
@@ -178,6 +198,8 @@ def load_strategy(path: str) -> Strategy:
              "bucket_bytes": (int, type(None)),
              "first_bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
              "assumptions": str, "source": str}
+
+    types |= {"shard": int, "prefetch": bool, "keep_root": bool}  # sharded strategies
     for k, v in doc.items():
         if not isinstance(v, types[k]) or (isinstance(v, bool) and types[k] is not bool):
             raise UsageError(f"--strategy {path}: {k} has the wrong type ({v!r})")
@@ -190,6 +212,7 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
     strategy file, see load_strategy). bucket_bytes / servers override the presets that fuse /
     use servers."""
     names = list(PRESETS) if text.strip() == "all" else split_list(text, "--strategy")
+    names = [n for name in names for n in (SHARDED if name == "sharded" else [name])]  # 'sharded': all four
     if not names:
         raise UsageError("--strategy: give a preset name, a comma-separated list or 'all'")
     out = []
@@ -197,9 +220,10 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
         if name.endswith(".json"):
             out.append(load_strategy(name))
             continue
-        if name not in PRESETS:
-            raise UsageError(f"--strategy: unknown strategy {name!r} (known: {', '.join(PRESETS)}, all)")
-        s = PRESETS[name]
+        if name not in PRESETS and name not in SHARDED:
+            raise UsageError(f"--strategy: unknown strategy {name!r} (known: {', '.join([*PRESETS, *SHARDED])}, "
+                             "all, sharded)")
+        s = PRESETS[name] if name in PRESETS else SHARDED[name]
         if bucket_bytes is not None and s.bucket_bytes is not None:
             # DDP: an explicit bucket_cap_mb applies to the first bucket too
             s = replace(s, bucket_bytes=bucket_bytes, first_bucket_bytes=None)
@@ -207,3 +231,60 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
             s = replace(s, servers=servers)
         out.append(s)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Sharded data parallelism: ZeRO stages 1-3 and PyTorch FSDP (gdlbench.model.predict_sharded prices
+# them, gdlbench.memory sizes them). Not in 'all' (the executor does not run them yet): name them,
+# or 'sharded'.
+
+DEEPSPEED_BUCKET_BYTES = 500_000_000 * 2  # DeepSpeed's reduce/allgather_bucket_size 5e8 elements, fp16
+
+
+def describe_sharded(s: Strategy) -> str:
+    """Strategy.describe for shard > 0."""
+    if s.shard < 3:
+        unit = "one message per layer" if s.bucket_bytes is None else f"buckets of >= {s.bucket_bytes:,} B"
+        over = "overlapped with backward" if s.overlap == "wfbp" else "after backward"
+        what = "optimizer states" if s.shard == 1 else "optimizer states and gradients"
+        return (f"ZeRO-{s.shard} ({what} sharded): reduce-scatter of the gradients ({unit}, {over}), update "
+                f"of 1/N of the parameters, all-gather of the updated parameters after it")
+    pre = "prefetching the next unit's" if s.prefetch else "on demand, no prefetch of the"
+    root = "; the root unit keeps its parameters from forward to backward" if s.keep_root else ""
+    return (f"ZeRO-3 (parameters, gradients, optimizer states sharded): per unit (a block, or a layer), "
+            f"all-gather of its parameters before forward and before backward ({pre} parameters), "
+            f"reduce-scatter of its gradients after its backward, update of 1/N{root}")
+
+
+SHARDED: dict[str, Strategy] = {s.name: s for s in (
+    Strategy(
+        "zero1", overlap="none", bucket_bytes=DEEPSPEED_BUCKET_BYTES, shard=1,
+        assumptions="ZeRO stage 1 (P_os): after backward the gradient buckets are reduce-scattered (each rank "
+                    "keeps the reduced part of the parameters it owns), the rank updates its 1/N of the "
+                    "parameters and optimizer states, and the updated parameters are all-gathered. Volume "
+                    "(N-1)/N x 2 x params: an all-reduce's. Buckets of 5e8 fp16 elements (DeepSpeed's default).",
+        source="Rajbhandari et al., ZeRO, SC20, sections 5.1 and 7.2.1; DeepSpeed ZeRO stage 1 "
+               "(reduce_bucket_size, allgather_bucket_size 5e8)"),
+    Strategy(
+        "zero2", overlap="wfbp", bucket_bytes=DEEPSPEED_BUCKET_BYTES, shard=2,
+        assumptions="ZeRO stage 2 (P_os+g): as stage 1, but each gradient bucket is reduce-scattered as soon as "
+                    "backward fills it (overlap_comm) and only the rank's shard of the gradients is kept. Same "
+                    "volume as an all-reduce.",
+        source="Rajbhandari et al., ZeRO, SC20, sections 5.2 and 7.2.1; DeepSpeed ZeRO stage 2 (overlap_comm)"),
+    Strategy(
+        "zero3", overlap="wfbp", shard=3, prefetch=True,
+        assumptions="ZeRO stage 3 (P_os+g+p): every unit's parameters are all-gathered before its forward and "
+                    "again before its backward (the next unit's prefetched), its gradients reduce-scattered "
+                    "after its backward; no all-gather after the update. Volume (N-1)/N x 3 x params: 1.5 x an "
+                    "all-reduce's. Units: the net's blocks (each layer where it has none).",
+        source="Rajbhandari et al., ZeRO, SC20, sections 5.3 and 7.2.2; DeepSpeed ZeRO stage 3 (prefetch)"),
+    Strategy(
+        "fsdp", overlap="wfbp", shard=3, prefetch=True, keep_root=True,
+        assumptions="PyTorch FSDP, FULL_SHARD, one FSDP unit per block (transformer_auto_wrap_policy) and the "
+                    "root unit for the rest: all-gather before each unit's forward (forward_prefetch=True: the "
+                    "next unit's issued before the current one computes) and backward (BACKWARD_PRE: the next "
+                    "unit's all-gather before the current reduce-scatter), reduce-scatter of each unit's "
+                    "gradients after its backward; the root is not resharded after forward.",
+        source="PyTorch FSDP documentation (torch.distributed.fsdp.FullyShardedDataParallel: ShardingStrategy."
+               "FULL_SHARD, BackwardPrefetch.BACKWARD_PRE, forward_prefetch); Zhao et al., PyTorch FSDP, VLDB 2023"),
+)}

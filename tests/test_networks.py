@@ -21,8 +21,14 @@ PARAMS = {
 MACS = {"alexnet": 0.724e9, "resnet50": 4.09e9, "resnet101": 7.80e9, "resnet152": 11.51e9, "vgg16": 15.47e9}
 
 
+# Transformers (gdlbench/nets/transformer.py): HF GPT2LMHeadModel, HF BertForPreTraining,
+# torchvision vit_b_16; "transformer" is the small default of a user's decoder.
+TRANSFORMER_PARAMS = {"gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "bert-base": 110_106_428,
+                      "vit-b16": 86_567_656}
+
+
 def test_every_builtin_is_listed():
-    assert set(builtin_nets()) == set(PARAMS)
+    assert set(builtin_nets()) == set(PARAMS) | set(TRANSFORMER_PARAMS) | {"transformer"}
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
@@ -298,3 +304,124 @@ def test_comment_keys_are_ignored():
     spec["_comment"] = "a note"
     spec["layers"][0]["#why"] = "the stem"
     assert load_network(spec).params == load_network(TINY).params
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformers
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMER_PARAMS))
+def test_transformer_parameter_counts_are_exact(name):
+    net = load_network(name)
+    assert net.params == TRANSFORMER_PARAMS[name] == net.published["params"]
+    assert sum(s["params"] for s in net.layer_specs()) == net.params
+
+
+def test_bert_body_is_hf_bertmodel_with_pooler():
+    # HF BertModel (add_pooling_layer=True) is 109,482,240; the heads add 623,... to BertForPreTraining
+    net = load_network("bert-base")
+    names = [lay.name for lay in net.layers]
+    body = net.layers[:names.index("pooler.tanh") + 1]
+    assert sum(lay.params for lay in body) == 109_482_240
+    assert sum(lay.params for lay in body if not lay.name.startswith("pooler")) == 108_891_648
+
+
+def _gpt_macs(layers, d, s, v):
+    # per layer: QKV 3 S D^2 + output S D^2 + MLP 8 S D^2, scores S^2 D and AV S^2 D; head S D V
+    return layers * (12 * s * d * d + 2 * s * s * d) + s * d * v
+
+
+@pytest.mark.parametrize("name, layers, d, seq", [("gpt2-small", 12, 768, 1024), ("gpt2-medium", 24, 1024, 1024),
+                                                   ("gpt2-small:seq=128", 12, 768, 128)])
+def test_gpt2_multiply_adds_are_exact(name, layers, d, seq):
+    net = load_network(name)
+    assert net.fwd_macs == _gpt_macs(layers, d, seq, 50257)
+    assert net.input_shape == (1, seq, 1) and net.params == load_network(name.split(":")[0]).params
+
+
+def test_vit_and_bert_multiply_adds():
+    vit = load_network("vit-b16")
+    s, d = 197, 768
+    assert vit.fwd_macs == 768 * 768 * 196 + 12 * (12 * s * d * d + 2 * s * s * d) + 768 * 1000
+    assert abs(vit.fwd_macs / 17.56e9 - 1) < 0.001  # torchvision's 17.56 GFLOPS (multiply-adds)
+    bert = load_network("bert-base:seq=128")
+    s = 128
+    assert bert.fwd_macs == (12 * (12 * s * d * d + 2 * s * s * d) + d * d  # encoder, pooler
+                             + s * d * d + s * d * 30522 + d * 2)  # MLM transform and decoder, NSP
+
+
+def test_transformer_shapes_and_blocks():
+    net = load_network("gpt2-small:seq=64")
+    attn = net.layer("h.0.attn")
+    assert attn.in_shapes == ((768, 64, 1),) and attn.out_shape == (768, 64, 1)
+    assert attn.param_shapes == ((2304, 768), (2304,), (768, 768), (768,)) and attn.attrs["causal"] is True
+    assert attn.fwd_macs == 64 * 768 * 2304 + 2 * 64 * 64 * 768 + 64 * 768 * 768
+    assert net.layer("lm_head").out_shape == (50257, 64, 1) and net.layer("lm_head").params == 0
+    assert {lay.block for lay in net.layers} == {""} | {f"h.{i}" for i in range(12)}
+    assert net.layer("h.11.mlp.fc").block == "h.11" and net.layer("ln_f").block == ""
+    vit = load_network("vit-b16")
+    assert vit.layer("encoder.tokens").out_shape == (768, 197, 1)
+    assert vit.layer("class_token").out_shape == (768, 1, 1)
+
+
+def test_untied_head_and_users_transformer(tmp_path):
+    tied = load_network("transformer:layers=2:hidden=64:heads=4:seq=16:vocab=100")
+    untied = load_network("transformer:layers=2:hidden=64:heads=4:seq=16:vocab=100:tied=false")
+    assert untied.params - tied.params == 100 * 64
+    # per layer 12 D^2 + 13 D; embeddings (V + S) D; final LN 2D
+    assert tied.params == 2 * (12 * 64 * 64 + 13 * 64) + (100 + 16) * 64 + 2 * 64
+    spec = tmp_path / "mine.json"
+    spec.write_text(json.dumps({"name": "mine", "transformer": {"layers": 2, "hidden": 64, "heads": 4, "seq": 16,
+                                                                "vocab": 100}}))
+    mine = load_network(str(spec))
+    assert mine.name == "mine" and mine.params == tied.params and mine.fwd_macs == tied.fwd_macs
+
+
+@pytest.mark.parametrize("text, message", [
+    ("gpt2-small:seq=2048", "longer than positions 1024"),
+    ("gpt2-small:seq=x", "seq must be a number"),
+    ("gpt2-small:heads=3", "expected KEY=VALUE"),
+    ("resnet50:seq=3", "only gpt2-small"),
+    ("transformer:layers=2:hidden=64:heads=5:seq=16:vocab=100", "heads=5 must divide the width 64"),
+    ("transformer:layers=2:hidden=64:seq=16:vocab=100", "needs heads"),
+    ("transformer:layers=0:hidden=64:heads=4:seq=16:vocab=100", "layers must be an integer >= 1"),
+    ("vit-b16:image=100", "patch 16 must divide"),
+])
+def test_bad_transformer_parameters(text, message):
+    with pytest.raises(UsageError, match=message):
+        load_network(text)
+
+
+def test_bad_transformer_layers():
+    base = {"name": "t", "input": [1, 8, 1], "layers": [
+        {"name": "e", "type": "embedding", "vocab": 10, "hidden": 8, "positions": 8}]}
+    head = {"name": "h", "type": "lm_head", "vocab": 11}
+    with pytest.raises(UsageError, match="does not match the embedding"):
+        load_network(base | {"layers": base["layers"] + [head]})
+    with pytest.raises(UsageError, match="needs an embedding"):
+        load_network({"name": "t", "input": [8, 4, 1], "layers": [head]})
+    with pytest.raises(UsageError, match="'block' must be a string"):
+        load_network(base | {"layers": [base["layers"][0] | {"block": 3}]})
+    with pytest.raises(UsageError, match="takes token ids"):
+        load_network(base | {"input": [3, 8, 1]})
+
+
+def test_cli_nets_lists_transformers():
+    p = run_cli("nets")
+    assert p.returncode == 0, p.stderr
+    assert "gpt2-small" in p.stdout and "124,439,808" in p.stdout and "86,567,656" in p.stdout
+
+
+@pytest.mark.parametrize("shape, message", [
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16}, "needs vocab"),
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10, "depth": 3}, "unknown transformer key"),
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10, "tied": 1}, "tied must be true or false"),
+    ({"layers": 2, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10, "dropout": 1.5}, "dropout must be in"),
+    ({"layers": 2.5, "hidden": 64, "heads": 4, "seq": 16, "vocab": 10}, "layers must be an integer"),
+    ("big", "'transformer' must be an object"),
+])
+def test_bad_transformer_shapes_are_usage_errors(shape, message):
+    with pytest.raises(UsageError, match=message):
+        load_network({"name": "mine", "transformer": shape})
+    with pytest.raises(UsageError, match="has no layers"):
+        load_network({"name": "mine", "transformer": {}, "layers": []})

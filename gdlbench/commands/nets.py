@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         nets = [load_network(args.net)] if args.net else [load_network(n) for n in builtin_nets()]
         rows = [net_row(n) for n in nets]
         title, columns, summary = "gdlbench nets", NET_COLUMNS, {}
-    caption = ("MACs: forward multiply-adds per sample of conv and fc layers (FLOPs = 2 x MACs); "
+    caption = ("MACs: forward multiply-adds per sample (an image or a sequence) of conv, fc, linear, attention "
+               "(QKV, QK^T, AV, output) and LM-head layers (FLOPs = 2 x MACs); "
                "params: learnable (BN: scale and shift; running statistics excluded); MB = 1e6 bytes")
     env_info = env.collect()  # every rank: it holds a collective (the node split)
     report = Report("nets", vars(args), env_info if is_root else {}, {"clock": "none", "region": "no timing: counts from the specs",

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from .. import cluster, env
+from .. import cluster, env, memory
 from ..collectives import SERVER_ALGOS
 from ..errors import UsageError
 from ..model import (
@@ -100,6 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="t_io as if read by this many threads (linear in the threads; needs the phases' io_threads)")
     w.add_argument("--overlap", choices=("none", "wfbp"),
                    help="every strategy's overlap set to this (wfbp: turn WFBP on)")
+    memory.add_arguments(p)  # --memory-limit, --optimizer, --checkpointing (issue 35)
     p.add_argument("--plot", metavar="FILE.png", help="scaling curve per strategy (needs gdlbench[plot])")
     p.add_argument("--plot-metric", default="speedup", choices=("speedup", "throughput", "efficiency"),
                    help="what --plot shows (default speedup)")
@@ -409,6 +410,10 @@ def run(args: argparse.Namespace) -> int:
     for s in strategies:
         console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "
                       f"[dim]Source: {escape(s.source)}[/dim]", highlight=False)
+    memory_summary = memory.annotate(net, strategies, rows, phases.batch, args)  # --memory-limit (issue 35)
+    if memory_summary is not None:
+        ev.summary["memory"] = memory_summary  # the report holds rows and summary: the JSON and CSV get them
+        memory.print_memory(rows, memory_summary)
     if "--json" in outputs:
         outputs["--json"].write(report.to_json())
     if "--csv" in outputs:

@@ -1,0 +1,244 @@
+"""The memory model: what one data-parallel worker holds, per strategy (docs/model.md, memory).
+
+Per worker, in bytes, for Psi parameters on N workers at ZeRO stage z (strategies.Strategy.shard):
+  parameters   P Psi / (N if z >= 3)              P: 4 (fp32) or 2 (mixed: fp16/bf16 copies)
+  gradients    G Psi / (N if z >= 2)              G: as P
+  optimizer    K Psi / (N if z >= 1)              K: SGD with momentum 4, Adam 8; mixed precision
+                                                  adds the fp32 master weights (4): 8 and 12
+  activations  what backward needs of every layer at batch b (activation_bytes), or, with
+               activation checkpointing, the input of every block plus one block recomputed
+  buffers      the communication buffers: DDP-style buckets hold a copy of every gradient
+               (PyTorch DDP, gradient_as_bucket_view off); ZeRO-1/2 a reduce bucket and an
+               all-gather bucket (DeepSpeed's constant buffers); ZeRO-3/FSDP the gathered
+               parameters of the unit computing and the one prefetched (and FSDP's root, kept
+               from forward to backward) and one unit's full gradients before its reduce-scatter.
+The ZeRO paper's example (Rajbhandari et al., SC20, figure 1: 7.5B parameters, N = 64, mixed
+precision Adam, 2 + 2 + 12 bytes per parameter) gives model states of 120, 31.4, 16.6 and 1.9 GB
+for stages 0-3. The total is the sum, an upper bound of the peak (gradients grow while
+activations are freed); workspaces, fragmentation and the framework's own memory are not in it.
+
+Activations saved for backward, per layer, elements of A bytes (4 fp32, 2 mixed precision):
+its input for conv, fc, linear, lm_head, layernorm, bn, lrn, gelu, tanh, relu (its output) and
+maxpool; nothing for add, concat, flatten, pools by average, select_token, tokens; a dropout a
+1-byte mask; an embedding its int64 token ids; softmax_xent its input in fp32; attention its
+input, Q, K, V and the output projection's input (5 D S), the softmax output (heads S^2), with
+dropout also its mask (1 byte) and output. A GPT block then saves 34 s b h + 5 a s^2 b bytes at
+A = 2 (Korthikanti et al., arXiv 2205.05198, section 4.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import UsageError
+from .network import Layer, Network, load_network
+from .strategies import Strategy
+from .units import parse_size
+
+OPTIMIZERS = ("sgd", "adam")
+PRECISIONS = ("fp32", "mixed")
+_OPT_BYTES = {"sgd": 4, "adam": 8}  # fp32 state per parameter: momentum; Adam's m and v
+_NO_SAVE = ("add", "concat", "flatten", "avgpool", "global_avgpool", "select_token", "tokens")
+
+
+def activation_bytes(layer: Layer, act_bytes: int) -> int:
+    """Bytes `layer` keeps for backward per sample (module docstring)."""
+    elems = sum(math.prod(s) for s in layer.in_shapes)
+    t = layer.type
+    if t in _NO_SAVE:
+        return 0
+    if t == "dropout":
+        return elems  # a 1-byte mask
+    if t == "embedding":
+        return 8 * elems  # int64 ids
+    if t == "softmax_xent":
+        return 4 * elems
+    if t == "attention":
+        d, s, _ = layer.in_shapes[0]
+        scores: int = layer.attrs["heads"] * s * s
+        kept = 5 * d * s * act_bytes + scores * act_bytes
+        if layer.attrs["dropout"] > 0:
+            kept += scores * (1 + act_bytes)  # mask and dropped probabilities
+        return kept
+    return elems * act_bytes
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One worker's memory for one strategy, N, batch and settings, in bytes."""
+
+    strategy: str
+    workers: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+    optimizer_name: str = "adam"
+    precision: str = "mixed"
+    checkpointing: bool = False
+
+    @property
+    def model_states(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.model_states + self.activations + self.buffers
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "workers": self.workers, "params_bytes": self.params,
+                "grads_bytes": self.grads, "optimizer_bytes": self.optimizer, "activations_bytes": self.activations,
+                "buffers_bytes": self.buffers, "model_states_bytes": self.model_states, "total_bytes": self.total,
+                "optimizer": self.optimizer_name, "precision": self.precision, "checkpointing": self.checkpointing}
+
+
+def bytes_per_param(optimizer: str, precision: str) -> tuple[int, int, int]:
+    """(parameters, gradients, optimizer states) per parameter: fp32 SGD 4+4+4, Adam 4+4+8;
+    mixed SGD 2+2+8, Adam 2+2+12 (the ZeRO paper's K = 12)."""
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer: one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if precision not in PRECISIONS:
+        raise UsageError(f"precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return 4, 4, _OPT_BYTES[optimizer]
+    return 2, 2, 4 + _OPT_BYTES[optimizer]
+
+
+def model_states(params: int, workers: int, stage: int, optimizer: str = "adam",
+                 precision: str = "mixed") -> tuple[float, float, float]:
+    """(parameters, gradients, optimizer states) per worker in bytes at a ZeRO stage."""
+    if workers < 1:
+        raise UsageError(f"workers must be >= 1, got {workers}")
+    p, g, k = bytes_per_param(optimizer, precision)
+    n = workers
+    return (p * params / (n if stage >= 3 else 1), g * params / (n if stage >= 2 else 1),
+            k * params / (n if stage >= 1 else 1))
+
+
+def activations(net: Network | str, batch: int, precision: str = "mixed", checkpointing: bool = False) -> float:
+    """Bytes of activations a worker keeps for backward at `batch` (module docstring)."""
+    net = load_network(net)
+    a = 2 if precision == "mixed" else 4
+    per = [activation_bytes(lay, a) for lay in net.layers]
+    if not checkpointing or not any(lay.block for lay in net.layers):
+        return float(batch * sum(per))
+    outside = sum(b for b, lay in zip(per, net.layers, strict=True) if not lay.block)
+    blocks: dict[str, int] = {}
+    entering: dict[str, set[int]] = {}  # the tensors that enter a block from outside (-1: the data)
+    for b, lay in zip(per, net.layers, strict=True):
+        if lay.block:
+            blocks[lay.block] = blocks.get(lay.block, 0) + b
+            entering.setdefault(lay.block, set()).update(
+                j for j in lay.inputs if j < 0 or net.layers[j].block != lay.block)
+
+    def size(j: int) -> int:
+        return math.prod(net.input_shape if j < 0 else net.layers[j].out_shape) * a
+    inputs = {blk: sum(size(j) for j in js) for blk, js in entering.items()}
+    return float(batch * (outside + sum(inputs.values()) + max(blocks.values())))
+
+
+def buffers(net: Network, strategy: Strategy, workers: int, precision: str = "mixed") -> float:
+    """Communication buffers and gathered parameters per worker (module docstring)."""
+    from .model import shard_units
+
+    p, g, _ = bytes_per_param("sgd", precision)
+    psi = net.params
+    if workers == 1:  # nothing to send, nothing sharded to gather
+        return 0.0
+    if strategy.shard == 0:
+        if strategy.bucket_bytes is not None:
+            return float(g * psi)
+        return float(g * max((lay.params for lay in net.layers), default=0))
+    if strategy.shard < 3:
+        cap = strategy.bucket_bytes or g * max((lay.params for lay in net.layers), default=0)
+        return float(min(cap, g * psi) + min(cap, p * psi))
+    units = shard_units(net)
+    kept = [u for u in units if u.root and strategy.keep_root]
+    others = [u.params for u in units if u not in kept]
+    biggest = max(others, default=0)
+    gathered = p * (sum(u.params for u in kept) + (2 if strategy.prefetch else 1) * biggest)
+    return float(gathered + g * max((u.params for u in units), default=0))
+
+
+def memory_per_worker(net: Network | str, strategy: Strategy, workers: int, batch: int, optimizer: str = "adam",
+                      precision: str = "mixed", checkpointing: bool = False) -> Memory:
+    """One worker's memory for `strategy` on `workers` workers at per-worker `batch`."""
+    net = load_network(net)
+    states = model_states(net.params, workers, strategy.shard, optimizer, precision)
+    return Memory(strategy.name, workers, *states, activations(net, batch, precision, checkpointing),
+                  buffers(net, strategy, workers, precision), optimizer, precision, checkpointing)
+
+
+# ---------------------------------------------------------------------------------------------
+# gdlbench predict --memory-limit (commands/predict.py calls these)
+
+
+def _limit_option(text: str) -> str:
+    """argparse type of --memory-limit: checked while the command line is parsed."""
+    try:
+        parse_size(text, "--memory-limit")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--memory-limit: ")) from None
+    return text
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("memory (gdlbench.memory; docs/model.md, the memory model)")
+    g.add_argument("--memory-limit", metavar="SIZE", type=_limit_option,
+                   help="memory per worker, e.g. 80GB: each row says whether it fits, and the fastest strategy "
+                        "that fits is named per N (mixed precision when --grad-dtype is 16-bit)")
+    g.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
+                   help="optimizer states for the memory model: adam (default) or sgd with momentum")
+    g.add_argument("--checkpointing", action="store_true",
+                   help="activation checkpointing per block in the memory model")
+
+
+def annotate(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]], batch: int,
+             args: argparse.Namespace) -> dict[str, Any] | None:
+    """With --memory-limit: each row gets memory_*_bytes (the parts, memory_total_bytes) and fits; returns the summary's 'memory'
+    (the limit, the settings, and per N the fastest strategy that fits, or None)."""
+    if not getattr(args, "memory_limit", None):
+        return None
+    limit = parse_size(args.memory_limit, "--memory-limit")
+    precision = "fp32" if args.grad_dtype == "float32" else "mixed"
+    by_name = {s.name: s for s in strategies}
+    for row in rows:
+        mem = memory_per_worker(net, by_name[row["strategy"]], row["workers"], batch, args.optimizer, precision,
+                                args.checkpointing)
+        row.update({f"memory_{k}": v for k, v in mem.to_dict().items() if k.endswith("_bytes")})
+        row["fits"] = mem.total <= limit
+    best: dict[str, str | None] = {}
+    for n in sorted({r["workers"] for r in rows}):
+        fit = [r for r in rows if r["workers"] == n and r["fits"]]
+        low = min((r["t_iter_us"] for r in fit), default=0.0)
+        # the first of the fastest (a tie within rounding goes to the strategy listed first)
+        best[str(n)] = next(r["strategy"] for r in fit if r["t_iter_us"] <= low * (1 + 1e-9)) if fit else None
+    return {"limit_bytes": limit, "optimizer": args.optimizer, "precision": precision,
+            "checkpointing": args.checkpointing, "fastest_that_fits": best,
+            "model": "gdlbench.memory: model states (ZeRO paper), activations per layer, communication buffers"}
+
+
+def print_memory(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """The memory table of predict --memory-limit and the fastest strategy that fits per N."""
+    from .report import Column, print_table
+
+    def gb(v: float) -> str:
+        return f"{v / 1e9:.2f}"
+
+    cols = [Column("strategy", "strategy"), Column("N", "workers"),
+            Column("params", "params", gb), Column("grads", "grads", gb), Column("optimizer", "optimizer", gb),
+            Column("activations", "activations", gb), Column("buffers", "buffers", gb),
+            Column("total (GB)", "total", gb), Column("fits", "fits")]
+    parts = ("params", "grads", "optimizer", "activations", "buffers", "total")
+    table = [{"strategy": r["strategy"], "workers": r["workers"], "fits": "yes" if r["fits"] else "NO"}
+             | {k: r[f"memory_{k}_bytes"] for k in parts} for r in rows]
+    print_table(f"memory per worker (limit {summary['limit_bytes'] / 1e9:g} GB; {summary['optimizer']}, "
+                f"{summary['precision']}{', activation checkpointing' if summary['checkpointing'] else ''})",
+                cols, table, caption="GB = 1e9 bytes; the total is the sum of the parts, an upper bound of the "
+                                     "peak (docs/model.md, the memory model)")
+    for n, name in summary["fastest_that_fits"].items():
+        print(f"N = {n}: " + (f"the fastest strategy that fits is {name}" if name else "no strategy fits"))

@@ -1,0 +1,99 @@
+"""The memory model (gdlbench.memory): the ZeRO paper's worked example, activations per layer
+against Korthikanti et al.'s formula, checkpointing, buffers, and predict --memory-limit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import run_cli
+
+from gdlbench.errors import UsageError
+from gdlbench.memory import (
+    activation_bytes,
+    activations,
+    bytes_per_param,
+    memory_per_worker,
+    model_states,
+)
+from gdlbench.network import load_network
+from gdlbench.strategies import SHARDED, get_strategies
+
+
+@pytest.mark.parametrize("stage, gb", [(0, 120.0), (1, 31.40625), (2, 16.640625), (3, 1.875)])
+def test_zero_paper_example(stage, gb):
+    # Rajbhandari et al. (SC20), figure 1: 7.5B parameters, N = 64, mixed-precision Adam (K = 12):
+    # 120 GB, 31.4 GB, 16.6 GB, 1.9 GB
+    assert sum(model_states(7_500_000_000, 64, stage, "adam", "mixed")) == pytest.approx(gb * 1e9, rel=1e-12)
+
+
+def test_bytes_per_param():
+    assert bytes_per_param("adam", "mixed") == (2, 2, 12)
+    assert bytes_per_param("adam", "fp32") == (4, 4, 8)
+    assert bytes_per_param("sgd", "fp32") == (4, 4, 4)
+    assert bytes_per_param("sgd", "mixed") == (2, 2, 8)
+    with pytest.raises(UsageError, match="--optimizer"):
+        bytes_per_param("lamb", "fp32")
+
+
+@pytest.mark.parametrize("name, s, h, a", [("gpt2-small", 1024, 768, 12), ("gpt2-medium:seq=256", 256, 1024, 16)])
+def test_gpt_block_activations_match_korthikanti(name, s, h, a):
+    # 34 s b h + 5 a s^2 b bytes per block at 16-bit activations (arXiv 2205.05198, eq. 1), b = 1
+    net = load_network(name)
+    block = sum(activation_bytes(lay, 2) for lay in net.layers if lay.block == "h.0")
+    assert block == 34 * s * h + 5 * a * s * s
+
+
+def test_activations_scale_with_batch_and_checkpointing():
+    net = load_network("gpt2-small:seq=128")
+    s, h, v, layers = 128, 768, 50257, 12
+    per_block = 34 * s * h + 5 * 12 * s * s
+    outside = 8 * s + s * h + 2 * s * h + 2 * s * h + 4 * s * v  # ids, dropout mask, ln_f, lm_head, loss (fp32)
+    assert activations(net, 1) == layers * per_block + outside
+    assert activations(net, 4) == 4 * activations(net, 1)
+    # checkpointing keeps each block's input (2 s h) and recomputes one block at a time
+    assert activations(net, 1, checkpointing=True) == layers * 2 * s * h + per_block + outside
+    assert activations(net, 1, precision="fp32") > activations(net, 1)
+    # a net without blocks is not changed by checkpointing
+    assert activations("resnet50", 2, checkpointing=True) == activations("resnet50", 2)
+
+
+def test_memory_per_strategy_gpt2_medium():
+    psi = 354_823_168
+    ddp = get_strategies("wfbp-fusion")[0]
+    m0 = memory_per_worker("gpt2-medium", ddp, 8, 4)
+    assert (m0.params, m0.grads, m0.optimizer) == (2 * psi, 2 * psi, 12 * psi)
+    assert m0.buffers == 2 * psi  # DDP's buckets hold a copy of the gradients
+    m3 = memory_per_worker("gpt2-medium", SHARDED["zero3"], 8, 4)
+    assert (m3.params, m3.grads, m3.optimizer) == (2 * psi / 8, 2 * psi / 8, 12 * psi / 8)
+    assert m3.activations == m0.activations
+    totals = [memory_per_worker("gpt2-medium", SHARDED[n], 8, 4).total for n in ("zero1", "zero2", "zero3")]
+    assert m0.total > totals[0] > totals[1] > totals[2]
+    one = memory_per_worker("gpt2-medium", SHARDED["fsdp"], 1, 4)
+    assert one.buffers == 0 and one.model_states == 16 * psi
+
+
+def test_predict_memory_limit(tmp_path):
+    phases = tmp_path / "ph.json"
+    phases.write_text(json.dumps({"args": {"net": "gpt2-medium", "batch": 8}, "rows": [
+        {"phase": "forward", "time_us": 300000}, {"phase": "backward", "time_us": 600000},
+        {"phase": "update", "time_us": 20000}]}))
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--phases", str(phases), "--strategy", "wfbp-fusion,zero1,zero2,zero3,fsdp",
+                "--workers", "1,8", "--alpha", "10", "--bandwidth", "100", "--grad-dtype", "bfloat16",
+                "--memory-limit", "30GB", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "N = 1: no strategy fits" in p.stdout and "N = 8: the fastest strategy that fits is" in p.stdout
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["memory"]["limit_bytes"] == 30e9
+    fits = {(r["strategy"], r["workers"]): r["fits"] for r in doc["rows"]}
+    assert not fits[("wfbp-fusion", 8)] and fits[("zero3", 8)] and not fits[("zero3", 1)]
+    best = doc["summary"]["memory"]["fastest_that_fits"]["8"]
+    assert best == min((r for r in doc["rows"] if r["workers"] == 8 and r["fits"]), key=lambda r: r["t_iter_us"])[
+        "strategy"]
+
+
+def test_predict_bad_memory_limit_is_one_line():
+    p = run_cli("predict", "--net", "gpt2-small", "--alpha", "1", "--beta", "1", "--memory-limit", "80XB")
+    assert p.returncode == 2 and "unknown unit 'XB'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
