@@ -417,15 +417,11 @@ class AlphaBetaFit:
     fit_min_bytes: int = 0  # sizes below this were measured but not fitted
     # Piecewise regimes [(from_bytes, alpha, beta), ...], ascending: a size uses the last regime
     # that starts at or below it; alpha_us/beta_us_per_byte are the largest regime's. Empty: one.
-    regimes: list[tuple[int, float, float]] = field(default_factory=list)
+    regimes: list[costmodel.Regime] = field(default_factory=list)
 
     def params_for(self, size_bytes: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) of the regime that holds this size."""
-        a, b = self.alpha_us, self.beta_us_per_byte
-        for start, ra, rb in self.regimes:
-            if size_bytes >= start:
-                a, b = ra, rb
-        return a, b
+        return costmodel.regime_params(self.alpha_us, self.beta_us_per_byte, self.regimes, size_bytes)
 
     def predict_us(self, size_bytes: float, nranks: int | None = None) -> float:
         a, b, g = costmodel.coefficients(self.algo, nranks or self.nranks, self.servers)
@@ -454,7 +450,7 @@ class AlphaBetaFit:
             "formula": costmodel.formula(self.algo), "alpha_us": self.alpha_us,
             "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
             "gamma_source": self.gamma_source, "link_gbs": self.link_gbs, "fit_min_bytes": self.fit_min_bytes,
-            "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes],
+            "regimes": costmodel.regimes_to_json(self.regimes),
             "median_rel_error": self.median_rel_error(),
             "median_rel_error_64k": self.median_rel_error(65536),
             "points": [{"size_bytes": m, "measured_us": t, "predicted_us": p, "rel_error": e}
