@@ -20,6 +20,7 @@ from . import costmodel, env
 from ._native import MPI, _core, _cuda, require_cuda
 from .errors import UsageError
 from .measurement import MAX_ITERS, Measurement, check_timing
+from .report import Column, fmt_float
 from .units import parse_size
 
 # What the sweep functions take as sizes: one size or several, each bytes or a string like '64K'.
@@ -128,6 +129,11 @@ class CollectiveResult:
     def command(self) -> str:
         """The CLI command that makes this row (the collective's name)."""
         return self.collective
+
+    @staticmethod
+    def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
+        """The CLI's table of these rows (gdlbench.Compare): collectives.table."""
+        return table(results)
 
     @property
     def time_us(self) -> float:
@@ -252,9 +258,60 @@ class WaivedRow:
         """The command whose report lists this row (gdlbench.Compare groups by it)."""
         return self.collective
 
+    @staticmethod
+    def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
+        """The CLI's table of these rows (gdlbench.Compare): collectives.table."""
+        return table(results)
+
     def to_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "dtype": self.dtype, "op": self.op, "algo": self.algo,
                 "backend": self.backend, "waived": self.waived}
+
+
+def _columns(collective: str, modes: tuple[bool, ...]) -> list[Column]:
+    k = kind(collective)
+    cols = [Column("size (B)", "size_bytes"), Column("count", "count"), Column("type", "dtype")]
+    if k.reduces:
+        cols.append(Column("redop", "op"))
+    if k.rooted:
+        cols.append(Column("root", "root"))
+    if len(k.algos) > 1:
+        cols.append(Column("algo", "algo"))
+    for mode in modes:
+        tag = "in" if mode else "out"
+        label = "in-place" if mode else "out-of-place"
+        if k.rooted:  # one buffer: no mode to name
+            label = ""
+        pre = f"{label} " if label else ""
+        cols += [Column(f"{pre}time (us)", f"{tag}_time_us", fmt_float(1)),
+                 Column("p95", f"{tag}_time_us_p95", fmt_float(1)),
+                 Column("algbw (GB/s)", f"{tag}_algbw_gbs", fmt_float(3)),
+                 Column("busbw (GB/s)", f"{tag}_busbw_gbs", fmt_float(3)),
+                 Column("#wrong", f"{tag}_wrong", lambda v: "N/A" if v is None else str(v))]
+    return cols
+
+
+def _table_rows(results: list[CollectiveResult], waived: list[WaivedRow]) -> list[dict[str, Any]]:
+    merged: dict[tuple[int, str, str | None, str], dict[str, Any]] = {}
+    for r in results:
+        key = (r.size_bytes, r.dtype, r.op, r.algo)
+        row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
+                                      "algo": algo_label(r.algo, r.servers, r.variant), "root": r.root})
+        tag = "in" if r.inplace else "out"
+        row.update({f"{tag}_time_us": r.time_us, f"{tag}_noisy": r.measurement.noisy,
+                    f"{tag}_time_us_p95": r.measurement.p95,
+                    f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
+        row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
+    return list(merged.values()) + [{"dtype": w.dtype, "op": w.op, "algo": f"{w.algo} (waived)"} for w in waived]
+
+
+def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
+    """The nccl-tests table: out-of-place and in-place side by side, then the waived rows
+    (gdlbench.Compare's hook)."""
+    measured = [r for r in results if isinstance(r, CollectiveResult)]
+    waived = [r for r in results if isinstance(r, WaivedRow)]
+    modes = tuple(sorted({r.inplace for r in measured}))
+    return _columns(results[0].collective, modes), _table_rows(measured, waived)
 
 
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",

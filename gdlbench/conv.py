@@ -14,6 +14,8 @@ from . import env
 from ._native import _core, require_cuda
 from .errors import CheckFailed, UsageError
 from .measurement import Measurement, check_timing
+from .report import Column, fmt_float
+from .units import format_bytes
 
 PASSES = ("fwd", "bwd-data", "bwd-filter")
 CPU_DTYPES = ("float32",)
@@ -143,11 +145,26 @@ class CudaConvRun(ConvRun):
     algos: dict[str, str]  # the cuDNN algorithm of each pass
 
 
+def _hw(v: Sequence[int]) -> str:
+    return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
+
+
 @dataclass
 class ConvResult:
     """One pass of one convolution timed: its Measurement, TFLOP/s and the float64 check."""
 
     command: ClassVar[str] = "conv"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("layer", "layer"), Column("count", "count"), Column("N", "n"), Column("C", "c"),
+        Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", _hw),
+        Column("pad", "pad", _hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
+        Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"),
+        Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+        Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
+        Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
+        Column("#wrong", "wrong"),
+    ]
     layer: str
     shape: ConvShape
     pass_: str

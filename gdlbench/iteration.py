@@ -48,6 +48,7 @@ from .measurement import Measurement, check_timing
 from .model import Phases, Prediction, Span, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
+from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
 
 if TYPE_CHECKING:
@@ -239,6 +240,14 @@ class IterationResult:
 
     command: ClassVar[str] = "iteration"
     rank_reduction: ClassVar[str] = "max"
+    # the strategy table: the model against the composed run (strategy_rows)
+    STRATEGY_COLUMNS: ClassVar[list[Column]] = [
+        Column("strategy", "strategy"), Column("messages", "messages"),
+        Column("comm alone (ms)", "comm_ms", fmt_float(2)), Column("predicted (ms)", "predicted_ms", fmt_float(2)),
+        Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
+        Column("error", "error_pct", "{:+.1f} %"), Column("± se", "error_se_pct", "{:.1f} %"),
+        Column("spread", "spread_pct", "{:.1f} %"), Column("img/s/worker", "ips", fmt_float(2)),
+        Column("img/s total", "ips_total", fmt_float(2))]
     net: str
     batch: int
     device: str
@@ -286,6 +295,24 @@ class IterationResult:
                          "messages": len(run.plan.messages),
                          "inside_us": {k: m.median for k, m in run.inside.items()}})
         return rows
+
+    def strategy_rows(self) -> list[dict[str, Any]]:
+        """Per strategy: the model's prediction against the composed run (STRATEGY_COLUMNS)."""
+        rows = []
+        for run in self.runs:
+            c = run.composed
+            rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
+                         "comm_ms": sum(m.median for m in run.message_times) / 1e3,
+                         "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3,
+                         "p95_ms": c.p95 / 1e3, "error_pct": run.error_pct, "error_se_pct": run.error_se_pct,
+                         "spread_pct": spread_pct(c), "ips": self.batch / (c.median * 1e-6),
+                         "ips_total": self.world_size * self.batch / (c.median * 1e-6)})
+        return rows
+
+    @staticmethod
+    def table(results: list[IterationResult]) -> tuple[list[Column], list[dict[str, Any]]]:
+        """The CLI's table (gdlbench.Compare): the strategy rows."""
+        return IterationResult.STRATEGY_COLUMNS, [row for r in results for row in r.strategy_rows()]
 
     def phase_table(self) -> dict[str, dict[str, dict[str, float]]]:
         """Per strategy, per phase: its median alone (the isolated round; comm: the messages

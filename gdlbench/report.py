@@ -130,6 +130,27 @@ class Report:
             csv_file.write(self.to_csv())
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """A command's --json and --csv files, checked writable when made (before anything is
+    measured); write(report) is every command's ending."""
+
+    json: OutputFile | None = None
+    csv: OutputFile | None = None
+
+    @classmethod
+    def of(cls, json_path: str | None, csv_path: str | None) -> Outputs:
+        return cls(OutputFile(json_path, "--json") if json_path else None,
+                   OutputFile(csv_path, "--csv") if csv_path else None)
+
+    def write(self, report: Report, csv_report: Report | None = None) -> None:
+        """The JSON of `report`, and the CSV of csv_report (default: the same report)."""
+        if self.json:
+            self.json.write(report.to_json())
+        if self.csv:
+            self.csv.write((csv_report or report).to_csv())
+
+
 def stdout_console() -> Console:
     # Wide enough for every table when piped; colour only on a terminal.
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)

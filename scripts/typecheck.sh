@@ -12,7 +12,7 @@ modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbenc
          gdlbench.report gdlbench.copy gdlbench.update gdlbench.io gdlbench.layers gdlbench.collectives
          gdlbench.cluster gdlbench.costmodel gdlbench.env gdlbench.trace gdlbench.paths gdlbench.model
          gdlbench.iteration gdlbench.network gdlbench.cli gdlbench.compress
-         gdlbench.gemm
+         gdlbench.gemm gdlbench.twolevel
          gdlbench.commands gdlbench.commands.allgather gdlbench.commands.allreduce gdlbench.commands.broadcast
          gdlbench.commands.compress gdlbench.commands.conv gdlbench.commands.copy gdlbench.commands.env
          gdlbench.commands.gemm gdlbench.commands.io gdlbench.commands.iteration gdlbench.commands.layer

@@ -7,31 +7,14 @@ Options follow DeepBench's names: -n -c -h -w -k -r -s. -h is the input height h
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 
 from .. import conv_layers, env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
 from ..conv import CPU_DTYPES, CUDA_DTYPES, ConvShape, conv
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, fmt_float
-from ..units import format_bytes, parse_size
-
-
-def _hw(v: Sequence[int]) -> str:
-    return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
-
-
-COLUMNS = [
-    Column("layer", "layer"), Column("count", "count"), Column("N", "n"), Column("C", "c"),
-    Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", _hw),
-    Column("pad", "pad", _hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
-    Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"),
-    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
-    Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
-    Column("#wrong", "wrong"),
-]
+from ..report import Progress
+from ..units import parse_size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -127,8 +110,7 @@ def run(args: argparse.Namespace) -> int:
     for _name, _count, sh in rows_in:
         sh.validate()
     limit = parse_size(args.workspace_limit, "--workspace-limit") if args.workspace_limit not in ("0", 0) else 0
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     device, why = env.resolve_device(args.device)
     allowed = CPU_DTYPES if device == "cpu" else CUDA_DTYPES
     if args.dtype not in allowed:
@@ -163,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
                          for k, v in sorted(summary.items())))
     Compare(results, title=f"gdlbench conv ({args.dtype}, {args.layout if device == 'cuda' else 'nchw'})",
             caption=caption, args=vars(args) | {"device": device, "workspace_limit_bytes": limit},
-            summary=summary).emit(json_out, csv_out)
+            summary=summary).emit(files)
     if not all(r.passed for r in results):
         raise CheckFailed("convolution results differ from the float64 reference beyond the tolerance")
     return 0

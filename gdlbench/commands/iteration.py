@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from .. import env
 from ..cli import common_options
 from ..collectives import DEFAULT_TIMEOUT_S
 from ..compare import Compare
 from ..errors import UsageError
-from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult, spread_pct
+from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult
 from ..network import net_option
 from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
@@ -72,34 +71,6 @@ def phase_difference(cell: dict[str, float], iteration_us: float) -> str:
     if cell["alone_us"] >= SMALL_PHASE * iteration_us:
         return f"{cell['diff_pct']:+.1f} %"
     return f"{(cell['inside_us'] - cell['alone_us']) / 1e3:+.2f} ms"
-STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages"),
-                    Column("comm alone (ms)", "comm_ms", fmt_float(2)),
-                    Column("predicted (ms)", "predicted_ms", fmt_float(2)),
-                    Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
-                    Column("error", "error_pct", "{:+.1f} %"),
-                    Column("± se", "error_se_pct", "{:.1f} %"), Column("spread", "spread_pct", "{:.1f} %"),
-                    Column("img/s/worker", "ips", fmt_float(2)),
-                    Column("img/s total", "ips_total", fmt_float(2))]
-
-
-def strategy_rows(r: IterationResult) -> list[dict[str, Any]]:
-    """Per strategy: the model's prediction against the composed run."""
-    rows = []
-    for run in r.runs:
-        c = run.composed
-        rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
-                     "comm_ms": sum(m.median for m in run.message_times) / 1e3,
-                     "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
-                     "error_pct": run.error_pct, "error_se_pct": run.error_se_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
-                     "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
-    return rows
-
-
-def table(results: list[IterationResult]) -> tuple[list[Column], list[dict[str, Any]]]:
-    """The strategy table (gdlbench.Compare's hook)."""
-    return STRATEGY_COLUMNS, [row for r in results for row in strategy_rows(r)]
-
-
 def print_result(r: IterationResult, it: Iteration) -> None:
     serial = sum(m.median for k, m in r.phases.items())
     phase_rows = [{"phase": k, "time_ms": m.median / 1e3, "p95_ms": m.p95 / 1e3, "time_cv": m.cv,
@@ -115,10 +86,10 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                         "phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
-    rows = strategy_rows(r)
+    rows = r.strategy_rows()
     notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
     print_table("composed iteration per strategy: the model (from the phases above) against the real run",
-                STRATEGY_COLUMNS, rows,
+                IterationResult.STRATEGY_COLUMNS, rows,
                 caption=f"error = (predicted - measured) / measured; se: the error's standard error from "
                         "the rounds' spread (what a perfect model would show here at one sigma; an error within "
                         "about 2 se is noise, not the model); spread: the composed run's interquartile "
