@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from .errors import CheckFailed, UsageError
 from .measurement import Measurement, check_timing
 from .report import Column, fmt_float
 from .units import format_bytes
+
+if TYPE_CHECKING:
+    from .network import Layer
 
 PASSES = ("fwd", "bwd-data", "bwd-filter")
 CPU_DTYPES = ("float32",)
@@ -93,6 +96,14 @@ class ConvShape:
         if elements > 2**31 - 1:
             raise UsageError(f"conv: {elements} elements in one tensor exceed the 2^31-1 limit")
 
+    @classmethod
+    def from_layer(cls, layer: Layer, n: int = 1) -> ConvShape:
+        """The geometry of a network's conv layer (gdlbench.network: shapes per sample) at batch n."""
+        a = layer.attrs
+        c, h, w = layer.in_shapes[0]
+        return cls(n, c, h, w, a["out_channels"], a["kernel"][0], a["kernel"][1], tuple(a["stride"]),
+                   tuple(a["pad"]), tuple(a["dilation"]), a["groups"], a["bias"])
+
     def with_batch(self, n: int) -> ConvShape:
         return ConvShape(n, self.c, self.h, self.w, self.k, self.r, self.s, self.stride, self.pad, self.dilation,
                          self.groups, self.bias)
@@ -145,7 +156,7 @@ class CudaConvRun(ConvRun):
     algos: dict[str, str]  # the cuDNN algorithm of each pass
 
 
-def _hw(v: Sequence[int]) -> str:
+def format_hw(v: Sequence[int]) -> str:
     return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
 
 
@@ -157,8 +168,8 @@ class ConvResult:
     # the table the CLI prints (gdlbench.Compare)
     COLUMNS: ClassVar[list[Column]] = [
         Column("layer", "layer"), Column("count", "count"), Column("N", "n"), Column("C", "c"),
-        Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", _hw),
-        Column("pad", "pad", _hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
+        Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", format_hw),
+        Column("pad", "pad", format_hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
         Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"),
         Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
         Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
