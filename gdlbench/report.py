@@ -193,9 +193,9 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, 
     if marked:
         caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
     context = _table_context if context is None else context
-    if context:
+    if context and title:
         title = f"{title} [{context}]"
-    table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
+    table = Table(title=escape(title) if title else None, caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
         table.add_column(col.header, justify=col.justify or ("left" if words else "right"))

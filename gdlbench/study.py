@@ -231,7 +231,7 @@ def plan_cells(cfg: Config) -> list[Cell]:
         net = load_network(cfg.net_spec(net_name))
         b = cfg.batch[net_name]
         argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
-                *_common(cfg), "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
+                *_common(cfg), "--target-se", "0",  # every round the study asks for "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
                 "--json", f"cells/iteration-{net_name}.json", "--trace", f"cells/trace-{net_name}.json"]
         # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
         work = 3 * net.fwd_macs * b / 1e9 * (cfg.iters + cfg.warmup) * (3 + len(cfg.strategies))
