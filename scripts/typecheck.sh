@@ -19,6 +19,7 @@ modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbenc
          gdlbench.commands.nets gdlbench.commands.predict gdlbench.commands.reduce_scatter
          gdlbench.commands.study gdlbench.commands.update
          gdlbench.conv gdlbench.conv_layers gdlbench.study gdlbench.study_report gdlbench.strategies
-         gdlbench.plots gdlbench.hostmem gdlbench._native)
+         gdlbench.plots gdlbench.hostmem gdlbench._native gdlbench.__main__ gdlbench._checkout
+         gdlbench.nets gdlbench.nets.googlenet gdlbench.nets.resnet gdlbench.nets.vgg)
 (cd "$(mktemp -d)" && "$python" -m mypy --config-file "$root/pyproject.toml" "${modules[@]/#/-m}")
 "$root/scripts/stubs.sh" check "$python" _core
