@@ -104,8 +104,24 @@ def bus_factor(collective: str, nranks: int) -> float:
     return kind(collective).bus_factor(nranks)
 
 
+class _Row:
+    """What a timed row and a waived one share: the command whose report lists them (the
+    collective's name: gdlbench.Compare groups by it) and their table."""
+
+    collective: str
+
+    @property
+    def command(self) -> str:
+        return self.collective
+
+    @staticmethod
+    def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
+        """The CLI's table of these rows (gdlbench.Compare): collectives.table."""
+        return table(results)
+
+
 @dataclass
-class CollectiveResult:
+class CollectiveResult(_Row):
     """One timed row: a collective at one size, dtype, op, algorithm and buffer mode."""
 
     rank_reduction: ClassVar[str] = "max"  # each iteration's time is the max over ranks
@@ -125,16 +141,6 @@ class CollectiveResult:
     servers: int | None = None
     variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
     request: CollectiveRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
-
-    @property
-    def command(self) -> str:
-        """The CLI command that makes this row (the collective's name)."""
-        return self.collective
-
-    @staticmethod
-    def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
-        """The CLI's table of these rows (gdlbench.Compare): collectives.table."""
-        return table(results)
 
     @property
     def time_us(self) -> float:
@@ -291,7 +297,7 @@ def waived(backend: str, algo: str, dtype: str = "float32") -> str | None:
 
 
 @dataclass
-class WaivedRow:
+class WaivedRow(_Row):
     """A row asked for that the backend cannot run: listed with the reason, not timed."""
 
     collective: str
@@ -300,16 +306,6 @@ class WaivedRow:
     algo: str
     backend: str
     waived: str
-
-    @property
-    def command(self) -> str:
-        """The command whose report lists this row (gdlbench.Compare groups by it)."""
-        return self.collective
-
-    @staticmethod
-    def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
-        """The CLI's table of these rows (gdlbench.Compare): collectives.table."""
-        return table(results)
 
     def to_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "dtype": self.dtype, "op": self.op, "algo": self.algo,

@@ -14,7 +14,7 @@ from . import env
 from ._native import _core, require_cuda
 from .errors import CheckFailed, UsageError
 from .measurement import Measurement, check_timing
-from .report import Column, fmt_float
+from .report import KERNEL_COLUMNS, Column
 from .units import format_bytes
 
 if TYPE_CHECKING:
@@ -170,12 +170,7 @@ class ConvResult:
         Column("layer", "layer"), Column("count", "count"), Column("N", "n"), Column("C", "c"),
         Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", format_hw),
         Column("pad", "pad", format_hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
-        Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"),
-        Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-        Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
-        Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
-        Column("#wrong", "wrong"),
-    ]
+        Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"), *KERNEL_COLUMNS]
     layer: str
     shape: ConvShape
     pass_: str

@@ -13,7 +13,7 @@ from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
-from .report import Column, fmt_float
+from .report import KERNEL_COLUMNS, Column
 
 CPU_DTYPES = ("float32", "float64")
 CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float64")
@@ -32,12 +32,7 @@ class GemmResult:
     command: ClassVar[str] = "gemm"
     # the table the CLI prints (gdlbench.Compare)
     COLUMNS: ClassVar[list[Column]] = [
-        Column("m", "m"), Column("n", "n"), Column("k", "k"), Column("dtype", "dtype"),
-        Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-        Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
-        Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
-        Column("#wrong", "wrong"),
-    ]
+        Column("m", "m"), Column("n", "n"), Column("k", "k"), Column("dtype", "dtype"), *KERNEL_COLUMNS]
     m: int
     n: int
     k: int

@@ -223,3 +223,12 @@ class Progress:
 
 def fmt_float(digits: int) -> Callable[[float], str]:
     return lambda v: f"{v:.{digits}f}"
+
+
+# The time, TFLOP/s and float64 check columns of a kernel's table (GEMM, convolution).
+KERNEL_COLUMNS: list[Column] = [
+    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
+    Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
+    Column("#wrong", "wrong"),
+]
