@@ -58,7 +58,7 @@ def main() -> int:
     _core.set_blas_threads(threads)
     _core.set_compute_threads(threads)
     passes = args.passes.split(",")
-    layers = [lay for lay in conv_layers.NETS["resnet50"] if lay.r in (1, 3)]
+    layers = [lay for lay in conv_layers.of_net("resnet50") if lay.shape.r in (1, 3)]
     if args.layers:
         wanted = {n if "/" in n else f"resnet50/{n}" for n in args.layers.split(",")}
         layers = [lay for lay in layers if lay.name in wanted]
@@ -69,8 +69,7 @@ def main() -> int:
           f"torch {torch.__version__}, oneDNN {torch.backends.mkldnn.is_available()}; threads {threads} both; "
           f"batch {args.batch}; {args.rounds} rounds x {args.iters} iterations, medians", flush=True)
 
-    shapes = {lay.name: ConvShape(args.batch, lay.c, lay.h, lay.w, lay.k, lay.r, lay.s, (lay.stride,) * 2,
-                                  (lay.pad,) * 2, (1, 1), lay.groups) for lay in layers}
+    shapes = {lay.name: lay.shape.with_batch(args.batch) for lay in layers}
     # Correctness first, untimed, small batch (every pass against float64).
     for name, sh in shapes.items():
         chk = check_cpu(sh.with_batch(1))

@@ -65,7 +65,7 @@ def main() -> int:
               "bfloat16": torch.bfloat16}[args.dtype]
     fmt = torch.channels_last if args.layout == "nhwc" else torch.contiguous_format
     passes = args.passes.split(",")
-    layers = conv_layers.NETS["resnet50"]
+    layers = conv_layers.of_net("resnet50")
     if args.layers:
         wanted = {n if "/" in n else f"resnet50/{n}" for n in args.layers.split(",")}
         layers = [lay for lay in layers if lay.name in wanted]
@@ -110,8 +110,7 @@ def main() -> int:
     failed = False
     for rnd in range(args.rounds):
         for lay in layers:
-            sh = ConvShape(args.batch, lay.c, lay.h, lay.w, lay.k, lay.r, lay.s, (lay.stride,) * 2, (lay.pad,) * 2,
-                           (1, 1), lay.groups)
+            sh = lay.shape.with_batch(args.batch)
             for pass_ in passes:
                 top = torch_op(sh, pass_)
                 for who in (("gdlbench", "torch") if rnd % 2 == 0 else ("torch", "gdlbench")):

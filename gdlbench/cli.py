@@ -15,6 +15,7 @@ from typing import NoReturn
 from ._native import THREAD_LEVEL_ENV, THREAD_LEVELS, init_mpi
 from .errors import CheckFailed, UsageError
 from .measurement import check_timing
+from .report import Outputs
 
 # subcommand -> (module, one-line help). Modules are imported only when their command runs.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -59,6 +60,11 @@ def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: b
     ranks_per_node_option(p)
     p.add_argument("--json", metavar="FILE", help="write the whole report as JSON (rank 0)")
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV (rank 0)")
+
+
+def outputs(args: argparse.Namespace) -> Outputs:
+    """The --json and --csv files of common_options, checked before anything is measured."""
+    return Outputs.of(getattr(args, "json", None), getattr(args, "csv", None))
 
 
 def _reject_empty(argv: list[str]) -> None:

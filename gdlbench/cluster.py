@@ -36,7 +36,7 @@ class Link:
     gbs: float
     gamma_us_per_byte: float = 0.0
     source: str = ""
-    regimes: tuple[tuple[int, float, float], ...] = ()  # ((from_bytes, alpha_us, beta_us_per_byte), ...) from a piecewise fit
+    regimes: tuple[costmodel.Regime, ...] = ()  # a piecewise fit's (costmodel.regime_params)
 
     def __post_init__(self) -> None:
         for what, v in (("alpha_us", self.alpha_us), ("gbs", self.gbs), ("gamma_us_per_byte", self.gamma_us_per_byte)):
@@ -51,25 +51,20 @@ class Link:
 
     def params(self, m: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) for a message of m bytes (the regime that holds it)."""
-        a, b = self.alpha_us, self.beta_us_per_byte
-        for start, ra, rb in self.regimes:
-            if m >= start:
-                a, b = ra, rb
-        return a, b
+        return costmodel.regime_params(self.alpha_us, self.beta_us_per_byte, self.regimes, m)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "alpha_us": self.alpha_us, "gbs": self.gbs,
                 "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
                 "source": self.source,
-                "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes]}
+                "regimes": costmodel.regimes_to_json(self.regimes)}
 
     @classmethod
     def from_fit(cls, fit: dict[str, Any], name: str, source: str) -> Link:
         """A level of `allreduce --fit` (summary.fit.levels.intra or .inter: one fit's to_dict())."""
         try:
             beta = float(fit["beta_us_per_byte"])
-            regimes = tuple((int(r["from_bytes"]), float(r["alpha_us"]), float(r["beta_us_per_byte"]))
-                            for r in fit.get("regimes") or [])
+            regimes = costmodel.regimes_from_json(fit.get("regimes"))
             # beta 0: the fit found no size term (all latency); 1e12 GB/s stands for "free"
             return cls(name, float(fit["alpha_us"]), 1e-3 / beta if beta > 0 else 1e12,
                        float(fit.get("gamma_us_per_byte") or 0.0), source, regimes)

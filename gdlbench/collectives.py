@@ -20,6 +20,7 @@ from . import costmodel, env, gloo
 from ._native import MPI, _core, _cuda, require_cuda
 from .errors import UsageError
 from .measurement import MAX_ITERS, Measurement, check_timing
+from .report import Column, fmt_float
 from .units import parse_size
 
 # What the sweep functions take as sizes: one size or several, each bytes or a string like '64K'.
@@ -104,8 +105,24 @@ def bus_factor(collective: str, nranks: int) -> float:
     return kind(collective).bus_factor(nranks)
 
 
+class _Row:
+    """What a timed row and a waived one share: the command whose report lists them (the
+    collective's name: gdlbench.Compare groups by it) and their table."""
+
+    collective: str
+
+    @property
+    def command(self) -> str:
+        return self.collective
+
+    @staticmethod
+    def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
+        """The CLI's table of these rows (gdlbench.Compare): collectives.table."""
+        return table(results)
+
+
 @dataclass
-class CollectiveResult:
+class CollectiveResult(_Row):
     """One timed row: a collective at one size, dtype, op, algorithm and buffer mode."""
 
     rank_reduction: ClassVar[str] = "max"  # each iteration's time is the max over ranks
@@ -124,11 +141,7 @@ class CollectiveResult:
     root: int | None = None
     servers: int | None = None
     variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
-
-    @property
-    def command(self) -> str:
-        """The CLI command that makes this row (the collective's name)."""
-        return self.collective
+    request: CollectiveRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def time_us(self) -> float:
@@ -201,29 +214,76 @@ def resolve_backend(backend: str, device: str = "auto") -> tuple[str, str]:
     return "mpi", "asked for"
 
 
+@dataclass(frozen=True)
+class CollectiveRequest:
+    """One row to time, checked once when made (what needs no MPI traffic: the same verdict on
+    every rank; the rank counts when it runs): what run_one times, what its CollectiveResult
+    carries, and with to_argv() the gdlbench command that times it again. A collective that
+    does not reduce has op None; a rooted one runs in place (one buffer)."""
+
+    collective: str
+    size_bytes: int
+    dtype: str = "float32"
+    op: str | None = "sum"
+    algo: str = "library"
+    backend: str = "mpi"
+    inplace: bool = False
+    iters: int = 20
+    warmup: int = 5
+    check: int = 1
+    servers: int = 1
+    root: int = 0
+    timeout: float = DEFAULT_TIMEOUT_S
+    rotate_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        k = kind(self.collective)
+        if not k.reduces:
+            object.__setattr__(self, "op", None)
+        if k.rooted or self.backend == "gloo":  # MPI_Bcast and ncclBroadcast: one buffer; torch.distributed
+            object.__setattr__(self, "inplace", True)
+        if self.backend == "gloo" and self.collective not in gloo.COLLECTIVES:
+            raise UsageError(f"--backend gloo times {', '.join(gloo.COLLECTIVES)}, not {self.collective}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"unknown dtype {self.dtype!r} ({', '.join(DTYPES)})")
+        if k.reduces and self.op not in OPS:
+            raise UsageError(f"unknown op {self.op!r} ({', '.join(OPS)})")
+        if self.algo not in k.algos:
+            raise UsageError(f"{self.collective} has no algorithm {self.algo!r} ({', '.join(k.algos)})")
+        if (why := waived(self.backend, self.algo, self.dtype)) is not None:
+            raise UsageError(f"--algo {self.algo}: {why} (add --backend mpi, or use --algo library)")
+        check_timing(self.iters, self.warmup)
+        if not 0 <= self.check <= MAX_ITERS:
+            raise UsageError(f"--check must be from 0 to {MAX_ITERS}, got {self.check}")
+        if not (self.timeout >= 0 and math.isfinite(self.timeout)):
+            raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {self.timeout}")
+
+    def check_ranks(self, nranks: int) -> None:
+        """What depends on the communicator: the servers and the root among its ranks."""
+        if not 1 <= self.servers <= nranks:  # checked for every algorithm: a bad value is a mistake, used or not
+            raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {self.servers}")
+        if kind(self.collective).rooted and not 0 <= self.root < nranks:
+            raise UsageError(f"--root must be between 0 and {nranks - 1}, got {self.root}")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time this row again (under the same launcher and ranks)."""
+        k = kind(self.collective)
+        argv = [self.collective, "--size", str(self.size_bytes), "-d", self.dtype]
+        if self.op is not None:
+            argv += ["-o", self.op]
+        if len(k.algos) > 1:
+            argv += ["--algo", self.algo, "--servers", str(self.servers)]
+        argv += ["-r", str(self.root)] if k.rooted else ["--mode", "in" if self.inplace else "out"]
+        return argv + ["--backend", self.backend, "-n", str(self.iters), "-w", str(self.warmup), "-c",
+                       str(self.check), "-T", f"{self.timeout:g}", "--rotate", str(self.rotate_bytes)]
+
+
 def validate(collective: str, dtype: str, op: str | None, algo: str, backend: str, nranks: int,
              servers: int, root: int, iters: int, warmup: int, check: int, timeout: float) -> None:
-    """Every argument check that does not need MPI traffic: the same verdict on every rank."""
-    k = kind(collective)
-    if dtype not in DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r} ({', '.join(DTYPES)})")
-    if k.reduces and op not in OPS:
-        raise UsageError(f"unknown op {op!r} ({', '.join(OPS)})")
-    if algo not in k.algos:
-        raise UsageError(f"{collective} has no algorithm {algo!r} ({', '.join(k.algos)})")
-    if backend == "gloo" and collective not in gloo.COLLECTIVES:
-        raise UsageError(f"--backend gloo times {', '.join(gloo.COLLECTIVES)}, not {collective}")
-    if (why := waived(backend, algo, dtype)) is not None:
-        raise UsageError(f"--algo {algo}: {why} (add --backend mpi, or use --algo library)")
-    if not 1 <= servers <= nranks:  # checked for every algorithm: a bad value is a mistake, used or not
-        raise UsageError(f"--servers must be between 1 and the number of ranks ({nranks}), got {servers}")
-    if k.rooted and not 0 <= root < nranks:
-        raise UsageError(f"--root must be between 0 and {nranks - 1}, got {root}")
-    check_timing(iters, warmup)
-    if not 0 <= check <= MAX_ITERS:
-        raise UsageError(f"--check must be from 0 to {MAX_ITERS}, got {check}")
-    if not (timeout >= 0 and math.isfinite(timeout)):
-        raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
+    """Every argument check that does not need MPI traffic (CollectiveRequest's): the same verdict
+    on every rank."""
+    CollectiveRequest(collective, 0, dtype, op, algo, backend, False, iters, warmup, check, servers, root,
+                      timeout).check_ranks(nranks)
 
 
 def algo_label(algo: str, servers: int | None, variant: str | None = None) -> str:
@@ -244,7 +304,7 @@ def waived(backend: str, algo: str, dtype: str = "float32") -> str | None:
 
 
 @dataclass
-class WaivedRow:
+class WaivedRow(_Row):
     """A row asked for that the backend cannot run: listed with the reason, not timed."""
 
     collective: str
@@ -254,14 +314,55 @@ class WaivedRow:
     backend: str
     waived: str
 
-    @property
-    def command(self) -> str:
-        """The command whose report lists this row (gdlbench.Compare groups by it)."""
-        return self.collective
-
     def to_dict(self) -> dict[str, Any]:
         return {"collective": self.collective, "dtype": self.dtype, "op": self.op, "algo": self.algo,
                 "backend": self.backend, "waived": self.waived}
+
+
+def _columns(collective: str, modes: tuple[bool, ...]) -> list[Column]:
+    k = kind(collective)
+    cols = [Column("size (B)", "size_bytes"), Column("count", "count"), Column("type", "dtype")]
+    if k.reduces:
+        cols.append(Column("redop", "op"))
+    if k.rooted:
+        cols.append(Column("root", "root"))
+    if len(k.algos) > 1:
+        cols.append(Column("algo", "algo"))
+    for mode in modes:
+        tag = "in" if mode else "out"
+        label = "in-place" if mode else "out-of-place"
+        if k.rooted:  # one buffer: no mode to name
+            label = ""
+        pre = f"{label} " if label else ""
+        cols += [Column(f"{pre}time (us)", f"{tag}_time_us", fmt_float(1)),
+                 Column("p95", f"{tag}_time_us_p95", fmt_float(1)),
+                 Column("algbw (GB/s)", f"{tag}_algbw_gbs", fmt_float(3)),
+                 Column("busbw (GB/s)", f"{tag}_busbw_gbs", fmt_float(3)),
+                 Column("#wrong", f"{tag}_wrong", lambda v: "N/A" if v is None else str(v))]
+    return cols
+
+
+def _table_rows(results: list[CollectiveResult], waived: list[WaivedRow]) -> list[dict[str, Any]]:
+    merged: dict[tuple[int, str, str | None, str], dict[str, Any]] = {}
+    for r in results:
+        key = (r.size_bytes, r.dtype, r.op, r.algo)
+        row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
+                                      "algo": algo_label(r.algo, r.servers, r.variant), "root": r.root})
+        tag = "in" if r.inplace else "out"
+        row.update({f"{tag}_time_us": r.time_us, f"{tag}_noisy": r.measurement.noisy,
+                    f"{tag}_time_us_p95": r.measurement.p95,
+                    f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
+        row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
+    return list(merged.values()) + [{"dtype": w.dtype, "op": w.op, "algo": f"{w.algo} (waived)"} for w in waived]
+
+
+def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
+    """The nccl-tests table: out-of-place and in-place side by side, then the waived rows
+    (gdlbench.Compare's hook)."""
+    measured = [r for r in results if isinstance(r, CollectiveResult)]
+    waived = [r for r in results if isinstance(r, WaivedRow)]
+    modes = tuple(sorted({r.inplace for r in measured}))
+    return _columns(results[0].collective, modes), _table_rows(measured, waived)
 
 
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
@@ -271,8 +372,13 @@ def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | 
     """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
     (MPI only): successive iterations use different buffers spread over that many bytes, as
     nccl-tests does, so that sizes below the cache are not timed from cache."""
-    res = _run(collective, size_bytes, dtype, op, algo, backend, inplace, iters, warmup, check, servers, root,
-               timeout, rotate_bytes, comm or env.world(), None)
+    return run(CollectiveRequest(collective, size_bytes, dtype, op, algo, backend, inplace, iters, warmup, check,
+                                 servers, root, timeout, rotate_bytes), comm)
+
+
+def run(request: CollectiveRequest, comm: MPI.Comm | None = None) -> CollectiveResult:
+    """Time one row (run_one's request). Every rank of comm calls it with the same request."""
+    res = _run(request, comm or env.world(), None)
     assert res is not None  # a member of comm always gets its row
     return res
 
@@ -286,44 +392,42 @@ def run_started_together(collective: str, size_bytes: int, dtype: str = "float32
     sub-communicators of start_on starts each call together with this one (as a hierarchical
     all-reduce's shards cross between nodes). Every rank of start_on calls it with the same
     arguments; a rank in none of the sub-communicators passes comm=MPI.COMM_NULL and gets None."""
-    return _run(collective, size_bytes, dtype, op, algo, "mpi", inplace, iters, warmup, check, 1, 0, timeout,
-                rotate_bytes, comm, start_on)
+    request = CollectiveRequest(collective, size_bytes, dtype, op, algo, "mpi", inplace, iters, warmup, check,
+                                timeout=timeout, rotate_bytes=rotate_bytes)
+    return _run(request, comm, start_on)
 
 
-def _run(collective: str, size_bytes: int, dtype: str, op: str | None, algo: str, backend: str, inplace: bool,
-         iters: int, warmup: int, check: int, servers: int, root: int, timeout: float, rotate_bytes: int,
-         comm: MPI.Comm, start_on: MPI.Comm | None) -> CollectiveResult | None:
+def _run(req: CollectiveRequest, comm: MPI.Comm, start_on: MPI.Comm | None) -> CollectiveResult | None:
     member = comm != MPI.COMM_NULL
     group = comm if member else start_on
     assert group is not None, "a rank outside comm takes part only through start_on"
     nranks = group.Get_size()
-    k = kind(collective)
-    op = op if k.reduces else None
-    validate(collective, dtype, op, algo, backend, nranks, servers, root, iters, warmup, check, timeout)
-    count, nbytes = element_count(collective, size_bytes, dtype, nranks)
-    if k.rooted or backend == "gloo":
-        inplace = True  # one buffer: MPI_Bcast and ncclBroadcast in place; torch.distributed always
-    if backend == "gloo":
+    req.check_ranks(nranks)
+    count, nbytes = element_count(req.collective, req.size_bytes, req.dtype, nranks)
+    if req.backend == "gloo":
         if start_on is not None:
             raise UsageError("--backend gloo: calls started together run on MPI only")
-        samples, wrong = gloo.bench(collective, count, dtype, op, root, warmup, iters, check, timeout,
-                                    rotate_bytes, comm)
-        return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks,
-                                Measurement(samples, "steady-clock", gloo.REGION), None if wrong < 0 else wrong,
-                                root if k.rooted else None)
-    native = require_cuda() if backend == "nccl" else _core
-    bench = native.nccl_bench if backend == "nccl" else native.comm_bench
-    spec = native.BenchSpec(collective=collective, count=count, dtype=dtype, op=op or "sum", inplace=inplace,
-                            algo=algo, root=root, servers=servers, warmup=warmup, iters=iters, check_iters=check,
-                            timeout_s=timeout, rotate_bytes=int(rotate_bytes) if backend == "mpi" else 0)
+        samples, wrong = gloo.bench(req.collective, count, req.dtype, req.op, req.root, req.warmup, req.iters,
+                                    req.check, req.timeout, req.rotate_bytes, comm)
+        return CollectiveResult(req.collective, nbytes, count, req.dtype, req.op, req.algo, req.backend, True,
+                                nranks, Measurement(samples, "steady-clock", gloo.REGION),
+                                None if wrong < 0 else wrong, req.root if kind(req.collective).rooted else None,
+                                request=req)
+    native = require_cuda() if req.backend == "nccl" else _core
+    bench = native.nccl_bench if req.backend == "nccl" else native.comm_bench
+    spec = native.BenchSpec(collective=req.collective, count=count, dtype=req.dtype, op=req.op or "sum",
+                            inplace=req.inplace, algo=req.algo, root=req.root, servers=req.servers,
+                            warmup=req.warmup, iters=req.iters, check_iters=req.check, timeout_s=req.timeout,
+                            rotate_bytes=int(req.rotate_bytes) if req.backend == "mpi" else 0)
     res = bench(comm, spec) if start_on is None else _core.comm_bench_started_together(comm, spec, start_on)
     if not member:
         return None
-    meas = Measurement(res.samples_us, "steady-clock", region(backend, (algo,)))
-    return CollectiveResult(collective, nbytes, count, dtype, op, algo, backend, inplace, nranks, meas,
-                            None if res.wrong < 0 else int(res.wrong), root if k.rooted else None,
-                            servers if algo in SERVER_ALGOS else None,
-                            VARIANTS[algo](nbytes) if algo in VARIANTS else None)
+    meas = Measurement(res.samples_us, "steady-clock", region(req.backend, (req.algo,)))
+    rooted = kind(req.collective).rooted
+    return CollectiveResult(req.collective, nbytes, count, req.dtype, req.op, req.algo, req.backend, req.inplace,
+                            nranks, meas, None if res.wrong < 0 else int(res.wrong), req.root if rooted else None,
+                            req.servers if req.algo in SERVER_ALGOS else None,
+                            VARIANTS[req.algo](nbytes) if req.algo in VARIANTS else None, request=req)
 
 
 def hier_variant(size_bytes: int) -> str:
@@ -432,15 +536,11 @@ class AlphaBetaFit:
     fit_min_bytes: int = 0  # sizes below this were measured but not fitted
     # Piecewise regimes [(from_bytes, alpha, beta), ...], ascending: a size uses the last regime
     # that starts at or below it; alpha_us/beta_us_per_byte are the largest regime's. Empty: one.
-    regimes: list[tuple[int, float, float]] = field(default_factory=list)
+    regimes: list[costmodel.Regime] = field(default_factory=list)
 
     def params_for(self, size_bytes: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) of the regime that holds this size."""
-        a, b = self.alpha_us, self.beta_us_per_byte
-        for start, ra, rb in self.regimes:
-            if size_bytes >= start:
-                a, b = ra, rb
-        return a, b
+        return costmodel.regime_params(self.alpha_us, self.beta_us_per_byte, self.regimes, size_bytes)
 
     def predict_us(self, size_bytes: float, nranks: int | None = None) -> float:
         a, b, g = costmodel.coefficients(self.algo, nranks or self.nranks, self.servers)
@@ -469,7 +569,7 @@ class AlphaBetaFit:
             "formula": costmodel.formula(self.algo), "alpha_us": self.alpha_us,
             "beta_us_per_byte": self.beta_us_per_byte, "gamma_us_per_byte": self.gamma_us_per_byte,
             "gamma_source": self.gamma_source, "link_gbs": self.link_gbs, "fit_min_bytes": self.fit_min_bytes,
-            "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes],
+            "regimes": costmodel.regimes_to_json(self.regimes),
             "median_rel_error": self.median_rel_error(),
             "median_rel_error_64k": self.median_rel_error(65536),
             "points": [{"size_bytes": m, "measured_us": t, "predicted_us": p, "rel_error": e}

@@ -20,13 +20,12 @@ has its own row shape.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
-from .report import Column, OutputFile, Report, print_table
+from .report import Column, OutputFile, Outputs, Report, print_table
 
 
 def result_rows(result: Any) -> list[dict[str, Any]]:
@@ -44,21 +43,19 @@ def command_of(result: Any) -> str:
     return command
 
 
-def _table_module(command: str) -> Any:
-    from .cli import COMMANDS
-
-    return importlib.import_module(f".commands.{COMMANDS[command][0]}", __package__)
-
-
-def table_of(command: str, results: Sequence[Any]) -> tuple[list[Column], list[dict[str, Any]]]:
-    """The CLI's columns and table rows for these results: the command's `table(results)` when
-    it shapes its own rows (all-reduce puts out-of-place and in-place side by side), otherwise
-    its COLUMNS over the JSON rows."""
-    module = _table_module(command)
-    if hasattr(module, "table"):
-        columns, rows = module.table(results)
+def table_of(results: Sequence[Any]) -> tuple[list[Column], list[dict[str, Any]]]:
+    """The table the CLI prints for these results (of one kind): their class's `table(results)`
+    where it shapes its own rows (all-reduce puts out-of-place and in-place side by side),
+    otherwise its COLUMNS over the JSON rows."""
+    cls = type(results[0])
+    table = getattr(cls, "table", None)
+    if callable(table):
+        columns, rows = table(results)
         return list(columns), list(rows)
-    return list(module.COLUMNS), [row for r in results for row in result_rows(r)]
+    columns = getattr(cls, "COLUMNS", None)
+    if columns is None:
+        raise UsageError(f"Compare: {cls.__name__} has no table (neither table() nor COLUMNS)")
+    return list(columns), [row for r in results for row in result_rows(r)]
 
 
 class Compare:
@@ -151,7 +148,7 @@ class Compare:
             return
         for cmd in [self._command(command)] if command else self.commands:
             group = self.groups[cmd]
-            columns, rows = table_of(cmd, group)
+            columns, rows = table_of(group)
             t = self._timing(cmd)
             m = getattr(group[0], "measurement", None)
             caption = self.caption or (f"clock {t['clock']}; "
@@ -186,8 +183,9 @@ class Compare:
                 written.append(d / f"{cmd}.{kind}")
         return written
 
-    def emit(self, json_file: OutputFile | None = None, csv_file: OutputFile | None = None) -> None:
-        """The CLI's ending: the table, then the files (checked writable before measuring)."""
+    def emit(self, files: Outputs | None = None) -> None:
+        """The CLI's ending: the table, then the --json and --csv files (checked writable before
+        measuring)."""
         self.print()
-        if self.is_root:
-            self.report().write(json_file, csv_file)
+        if self.is_root and files is not None:
+            files.write(self.report())

@@ -12,6 +12,7 @@ import numpy as np
 from ._native import _core
 from .errors import UsageError
 from .measurement import Measurement, check_timing
+from .report import Column, fmt_float
 from .units import parse_count
 
 CHECK_VALUES = 10_000
@@ -30,6 +31,11 @@ class CompressResult:
     """One top-k encode of `values` fp32 gradient values at compression ratio `ratio`."""
 
     command: ClassVar[str] = "compress"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [Column("ratio", "ratio", "{:g}"), Column("values", "values"), Column("kept", "kept"),
+               Column("time (ms)", "time_ms", fmt_float(3)), Column("p95 (ms)", "p95_ms", fmt_float(3)),
+               Column("cv", "time_cv", fmt_float(3)), Column("us per dense byte", "encode_us_per_byte", "{:.3e}"),
+               Column("GB/s", "gbs", fmt_float(2)), Column("#wrong", "wrong")]
     ratio: float
     values: int
     measurement: Measurement

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import numpy as np
 
@@ -14,6 +14,11 @@ from . import env
 from ._native import _core, require_cuda
 from .errors import CheckFailed, UsageError
 from .measurement import Measurement, check_timing
+from .report import KERNEL_COLUMNS, Column
+from .units import format_bytes
+
+if TYPE_CHECKING:
+    from .network import Layer
 
 PASSES = ("fwd", "bwd-data", "bwd-filter")
 CPU_DTYPES = ("float32",)
@@ -91,6 +96,14 @@ class ConvShape:
         if elements > 2**31 - 1:
             raise UsageError(f"conv: {elements} elements in one tensor exceed the 2^31-1 limit")
 
+    @classmethod
+    def from_layer(cls, layer: Layer, n: int = 1) -> ConvShape:
+        """The geometry of a network's conv layer (gdlbench.network: shapes per sample) at batch n."""
+        a = layer.attrs
+        c, h, w = layer.in_shapes[0]
+        return cls(n, c, h, w, a["out_channels"], a["kernel"][0], a["kernel"][1], tuple(a["stride"]),
+                   tuple(a["pad"]), tuple(a["dilation"]), a["groups"], a["bias"])
+
     def with_batch(self, n: int) -> ConvShape:
         return ConvShape(n, self.c, self.h, self.w, self.k, self.r, self.s, self.stride, self.pad, self.dilation,
                          self.groups, self.bias)
@@ -143,11 +156,21 @@ class CudaConvRun(ConvRun):
     algos: dict[str, str]  # the cuDNN algorithm of each pass
 
 
+def format_hw(v: Sequence[int]) -> str:
+    return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
+
+
 @dataclass
 class ConvResult:
     """One pass of one convolution timed: its Measurement, TFLOP/s and the float64 check."""
 
     command: ClassVar[str] = "conv"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("layer", "layer"), Column("count", "count"), Column("N", "n"), Column("C", "c"),
+        Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", format_hw),
+        Column("pad", "pad", format_hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
+        Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"), *KERNEL_COLUMNS]
     layer: str
     shape: ConvShape
     pass_: str

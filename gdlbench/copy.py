@@ -18,7 +18,8 @@ from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
 from .measurement import MAX_ITERS, Measurement, check_timing
-from .units import parse_size
+from .report import Column, fmt_float
+from .units import format_bytes, parse_size
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
 MEMORIES = ("pinned", "pageable")
@@ -30,6 +31,12 @@ class CopyResult:
     """Copies in one direction timed: the Measurement (one sample = `copies` copies) and GB/s."""
 
     command: ClassVar[str] = "copy"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("direction", "direction"), Column("memory", "memory"), Column("size", "size_bytes", format_bytes),
+        Column("copies/sample", "copies_per_sample"), Column("time/copy (us)", "time_per_copy_us", fmt_float(1)),
+        Column("cv", "time_cv", fmt_float(3)), Column("GB/s", "gbs", fmt_float(2)), Column("#wrong", "wrong"),
+    ]
     direction: str
     memory: str  # pinned | pageable | device (d2d) | host (the CPU stand-in)
     size_bytes: int

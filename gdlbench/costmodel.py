@@ -19,8 +19,9 @@ printed formulas all read `COSTS`; docs/model.md derives each formula. Names: th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import UsageError
 
@@ -301,8 +302,35 @@ def two_level_terms(name: str, shape: TwoLevelShape, m: float) -> Terms:
     return c.two_level(shape, m)
 
 
-def scale_link(alpha_us: float, beta_us_per_byte: float, regimes: tuple[tuple[int, float, float], ...],
-               bandwidth: float, latency: float) -> tuple[float, float, tuple[tuple[int, float, float], ...]]:
+# One link's piecewise alpha-beta fit: (from_bytes, alpha_us, beta_us_per_byte) per regime, ascending.
+# The fit (collectives.AlphaBetaFit), the flat model (model.CommModel) and the cluster's links
+# (cluster.Link) all hold their regimes so, and read them with the three functions below.
+Regime = tuple[int, float, float]
+
+
+def regime_params(alpha_us: float, beta_us_per_byte: float, regimes: Sequence[Regime],
+                  m: float) -> tuple[float, float]:
+    """(alpha_us, beta_us_per_byte) for a message of m bytes: the last regime that starts at or
+    below m; (alpha_us, beta_us_per_byte) themselves when there is none."""
+    a, b = alpha_us, beta_us_per_byte
+    for start, ra, rb in regimes:
+        if m >= start:
+            a, b = ra, rb
+    return a, b
+
+
+def regimes_to_json(regimes: Sequence[Regime]) -> list[dict[str, float]]:
+    return [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in regimes]
+
+
+def regimes_from_json(items: Any) -> tuple[Regime, ...]:
+    """The regimes of a fit's JSON (None or [] : one regime); KeyError, TypeError or ValueError
+    on a malformed entry, for the caller to report with its source."""
+    return tuple((int(r["from_bytes"]), float(r["alpha_us"]), float(r["beta_us_per_byte"])) for r in items or [])
+
+
+def scale_link(alpha_us: float, beta_us_per_byte: float, regimes: tuple[Regime, ...],
+               bandwidth: float, latency: float) -> tuple[float, float, tuple[Regime, ...]]:
     """What-if of one link: its bandwidth times `bandwidth` (beta divided) and its latency times
     `latency` (alpha multiplied), in every regime (from_bytes, alpha, beta); UsageError unless both
     factors are numbers > 0."""

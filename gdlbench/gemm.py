@@ -13,6 +13,7 @@ from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
+from .report import KERNEL_COLUMNS, Column
 
 CPU_DTYPES = ("float32", "float64")
 CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float64")
@@ -29,6 +30,9 @@ class GemmResult:
     """One GEMM shape timed: its Measurement, TFLOP/s and the float64 check."""
 
     command: ClassVar[str] = "gemm"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("m", "m"), Column("n", "n"), Column("k", "k"), Column("dtype", "dtype"), *KERNEL_COLUMNS]
     m: int
     n: int
     k: int

@@ -25,6 +25,7 @@ import numpy as np
 from .errors import UsageError
 from .measurement import Measurement, check_timing
 from .paths import require_writable_dir
+from .report import Column, fmt_float
 
 MANIFEST = "gdlbench-dataset.json"
 FORMAT_VERSION = 1
@@ -169,6 +170,13 @@ class IoResult:
     """One batch read (and decoded) timed: the Measurement, images/s and MB/s."""
 
     command: ClassVar[str] = "io"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("op", "op"), Column("batch", "batch"), Column("threads", "threads"),
+        Column("mean file (KB)", "mean_file_bytes", lambda v: f"{v / 1e3:.1f}"),
+        Column("time (ms)", "time_us", lambda v: f"{v / 1e3:.2f}"), Column("cv", "time_cv", fmt_float(3)),
+        Column("images/s", "images_per_s", fmt_float(1)), Column("MB/s", "mb_per_s", fmt_float(1)),
+    ]
     images: int  # dataset size
     batch: int
     threads: int

@@ -31,6 +31,7 @@ contention pair of the round whose prediction is the median.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -48,6 +49,7 @@ from .measurement import Measurement, check_timing
 from .model import Phases, Prediction, Span, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .network import Network, load_network
+from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
 
 if TYPE_CHECKING:
@@ -239,6 +241,14 @@ class IterationResult:
 
     command: ClassVar[str] = "iteration"
     rank_reduction: ClassVar[str] = "max"
+    # the strategy table: the model against the composed run (strategy_rows)
+    STRATEGY_COLUMNS: ClassVar[list[Column]] = [
+        Column("strategy", "strategy"), Column("messages", "messages"),
+        Column("comm alone (ms)", "comm_ms", fmt_float(2)), Column("predicted (ms)", "predicted_ms", fmt_float(2)),
+        Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
+        Column("error", "error_pct", "{:+.1f} %"), Column("± se", "error_se_pct", "{:.1f} %"),
+        Column("spread", "spread_pct", "{:.1f} %"), Column("img/s/worker", "ips", fmt_float(2)),
+        Column("img/s total", "ips_total", fmt_float(2))]
     net: str
     batch: int
     device: str
@@ -288,6 +298,24 @@ class IterationResult:
                          "messages": len(run.plan.messages),
                          "inside_us": {k: m.median for k, m in run.inside.items()}})
         return rows
+
+    def strategy_rows(self) -> list[dict[str, Any]]:
+        """Per strategy: the model's prediction against the composed run (STRATEGY_COLUMNS)."""
+        rows = []
+        for run in self.runs:
+            c = run.composed
+            rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
+                         "comm_ms": sum(m.median for m in run.message_times) / 1e3,
+                         "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3,
+                         "p95_ms": c.p95 / 1e3, "error_pct": run.error_pct, "error_se_pct": run.error_se_pct,
+                         "spread_pct": spread_pct(c), "ips": self.batch / (c.median * 1e-6),
+                         "ips_total": self.world_size * self.batch / (c.median * 1e-6)})
+        return rows
+
+    @staticmethod
+    def table(results: list[IterationResult]) -> tuple[list[Column], list[dict[str, Any]]]:
+        """The CLI's table (gdlbench.Compare): the strategy rows."""
+        return IterationResult.STRATEGY_COLUMNS, [row for r in results for row in r.strategy_rows()]
 
     def phase_table(self) -> dict[str, dict[str, dict[str, float]]]:
         """Per strategy, per phase: its median alone (the isolated round; comm: the messages
@@ -399,7 +427,10 @@ def slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 class Iteration:
     """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
     module docstring); `warmup` untimed iterations before each composed iteration and the run's
-    first isolated round."""
+    first isolated round. With target_se_pct, `iters` is the most rounds: the run stops once
+    min_rounds are done and every strategy's error has a standard error at most target_se_pct
+    (its isolated and composed parts; contention's adds to it on several ranks), or once the
+    rounds have taken budget_s seconds."""
 
     # The composed run sends gradients from a communication thread while the main thread computes;
     # the main thread calls MPI (barriers, max over ranks) only while that thread is idle.
@@ -409,7 +440,8 @@ class Iteration:
                  strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
                  threads: int | None = None, io: bool = True, io_dir: str | None = None,
                  io_threads: int | None = None, comm: MPI.Intracomm | None = None,
-                 progress: Callable[[str], None] | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+                 progress: Callable[[str], None] | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 target_se_pct: float | None = None, min_rounds: int = 5, budget_s: float | None = None) -> None:
         self.net = load_network(net)
         self.device, self.device_why = env.resolve_device(device)
         self.batch = batch if batch is not None else default_batch(self.net.name, self.device)
@@ -424,6 +456,12 @@ class Iteration:
                 raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
         check_timing(iters, warmup, "iteration")
         self.iters, self.warmup = iters, warmup
+        for what, v in (("target_se_pct", target_se_pct), ("budget_s", budget_s)):
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise UsageError(f"iteration: {what} must be a number > 0, got {v}")
+        if min_rounds < 1:
+            raise UsageError(f"iteration: min_rounds must be >= 1, got {min_rounds}")
+        self.target_se_pct, self.min_rounds, self.budget_s = target_se_pct, min_rounds, budget_s
         if not (timeout >= 0 and math.isfinite(timeout)):
             raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
         self.timeout = float(timeout)  # a message or iteration without progress this long ends the job
@@ -458,6 +496,20 @@ class Iteration:
 
         dataset = Dataset.ensure(self.io_dir, images=max(64, 4 * self.batch))
         return BatchReader(dataset, self.batch, threads=self.io_threads or self.threads, decode=True)
+
+    def _enough(self, rounds: int, iso_traces: list[list[dict[str, Any]]],
+                composed: list[list[tuple[float, list[dict[str, Any]]]]], started: float) -> bool:
+        """Whether the rounds so far are enough (class docstring); every rank gets rank 0's answer."""
+        if self.target_se_pct is None or rounds < self.min_rounds:
+            return False
+        stop = False
+        if self.comm.Get_rank() == 0:
+            whole = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], "steady-clock")
+            se = max(100.0 * math.hypot(whole.median_se, c.median_se) / c.median
+                     for c in (Measurement([s for s, _ in rounds_k], "steady-clock") for rounds_k in composed))
+            spent = self.budget_s is not None and time.monotonic() - started >= self.budget_s
+            stop = se <= self.target_se_pct or spent
+        return bool(self.comm.bcast(stop, root=0))
 
     def measure(self) -> IterationResult:
         _core.set_blas_threads(self.threads)
@@ -511,8 +563,9 @@ class Iteration:
             _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, False, warmup, 1)
             iso_traces.append(self.comm.allgather(t))
 
+        started = time.monotonic()
         for r in range(self.iters):
-            self.progress(f"round {r + 1} of {self.iters}: phases alone" + (", the read beside" if probe_read else "")
+            self.progress(f"round {r + 1} of {'at most ' if self.target_se_pct else ''}{self.iters}: phases alone" + (", the read beside" if probe_read else "")
                           + ", messages alone" + (", contention" if contend else "")
                           + f", then {len(plans)} composed iteration(s)")
             isolated(self.warmup if r == 0 else 0)
@@ -545,6 +598,8 @@ class Iteration:
                 samples, t = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
                                                 io_fn, strategy.io_prefetch, self.warmup, 1, timeout_s=self.timeout)
                 composed[k].append((samples[0], self.comm.allgather(t)))
+            if self._enough(r + 1, iso_traces, composed, started):
+                break
         if reader:
             reader.close()
 

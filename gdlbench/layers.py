@@ -17,6 +17,7 @@ from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
+from .report import Column, fmt_float
 
 PASSES = ("fwd", "bwd-data", "bwd-filter", "bwd")
 
@@ -66,6 +67,12 @@ class LayerResult:
     """One pass of one layer timed: its Measurement and input GB/s."""
 
     command: ClassVar[str] = "layer"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("layer", "layer"), Column("type", "type"), Column("batch", "batch"), Column("phase", "phase"),
+        Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+        Column("cv", "time_cv", fmt_float(3)), Column("input GB/s", "input_gbs", fmt_float(2)),
+    ]
     name: str
     type: str
     batch: int

@@ -99,11 +99,7 @@ class CommModel:
 
     def params_for(self, m: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) for a message of m bytes."""
-        a, b = self.alpha_us, self.beta_us_per_byte
-        for start, ra, rb in self.regimes:
-            if m >= start:
-                a, b = ra, rb
-        return a, b
+        return costmodel.regime_params(self.alpha_us, self.beta_us_per_byte, self.regimes, m)
 
     def __post_init__(self) -> None:
         for name in ("alpha_us", "beta_us_per_byte", "gamma_us_per_byte"):
@@ -156,7 +152,7 @@ class CommModel:
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
                 "source": self.source, "note": self.note,
-                "regimes": [{"from_bytes": m, "alpha_us": a, "beta_us_per_byte": b} for m, a, b in self.regimes]}
+                "regimes": costmodel.regimes_to_json(self.regimes)}
 
     @classmethod
     def from_dict(cls, doc: Any, algo: str | None = None, source: str = "") -> CommModel:
@@ -177,8 +173,7 @@ class CommModel:
             return default
 
         try:
-            regimes = tuple((int(r["from_bytes"]), float(r["alpha_us"]), float(r["beta_us_per_byte"]))
-                            for r in fit.get("regimes") or [])
+            regimes = costmodel.regimes_from_json(fit.get("regimes"))
             return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
                        source=source, regimes=regimes)
         except (TypeError, ValueError, KeyError) as exc:

@@ -130,6 +130,27 @@ class Report:
             csv_file.write(self.to_csv())
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """A command's --json and --csv files, checked writable when made (before anything is
+    measured); write(report) is every command's ending."""
+
+    json: OutputFile | None = None
+    csv: OutputFile | None = None
+
+    @classmethod
+    def of(cls, json_path: str | None, csv_path: str | None) -> Outputs:
+        return cls(OutputFile(json_path, "--json") if json_path else None,
+                   OutputFile(csv_path, "--csv") if csv_path else None)
+
+    def write(self, report: Report, csv_report: Report | None = None) -> None:
+        """The JSON of `report`, and the CSV of csv_report (default: the same report)."""
+        if self.json:
+            self.json.write(report.to_json())
+        if self.csv:
+            self.csv.write((csv_report or report).to_csv())
+
+
 def stdout_console() -> Console:
     # Wide enough for every table when piped; colour only on a terminal.
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200, highlight=False)
@@ -172,9 +193,9 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[dict[str, 
     if marked:
         caption = f"{caption}; {NOISE_NOTE}" if caption else NOISE_NOTE
     context = _table_context if context is None else context
-    if context:
+    if context and title:
         title = f"{title} [{context}]"
-    table = Table(title=escape(title), caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
+    table = Table(title=escape(title) if title else None, caption=escape(caption) if caption else None, caption_justify="left", title_justify="left")
     for col in columns:
         words = any(isinstance(row.get(col.key), str) for row in rows)  # words left, numbers right
         table.add_column(col.header, justify=col.justify or ("left" if words else "right"))
@@ -202,3 +223,12 @@ class Progress:
 
 def fmt_float(digits: int) -> Callable[[float], str]:
     return lambda v: f"{v:.{digits}f}"
+
+
+# The time, TFLOP/s and float64 check columns of a kernel's table (GEMM, convolution).
+KERNEL_COLUMNS: list[Column] = [
+    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
+    Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
+    Column("#wrong", "wrong"),
+]

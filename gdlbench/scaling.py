@@ -10,19 +10,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from .errors import UsageError
-from .model import CommModel, Phases, predict_scaling
+from .model import CommModel, Phases, normalise_algo, predict_scaling
 from .network import Network, load_network
+from .paths import read_json
+from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
-from .units import parse_int_list, parse_size
+from .units import parse_bandwidth, parse_int_list, parse_size
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def _ms(v: float) -> str:
+    return f"{v / 1e3:.2f}"
 
 
 @dataclass
@@ -33,6 +39,14 @@ class PredictResult:
     command: ClassVar[str] = "predict"
     timing: ClassVar[dict[str, str]] = {"clock": "none", "region": "model prediction: nothing timed",
                                         "rank_reduction": "none"}
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("strategy", "strategy"), Column("N", "workers"), Column("t_iter (ms)", "t_iter_us", _ms),
+        Column("comm (ms)", "comm_us", _ms), Column("comm exposed (ms)", "comm_exposed_us", _ms),
+        Column("io exposed (ms)", "io_exposed_us", _ms), Column("msgs", "messages"),
+        Column("images/s", "images_per_s", fmt_float(1)), Column("speedup", "speedup", fmt_float(2)),
+        Column("efficiency", "efficiency", fmt_float(3)),
+    ]
     net: Network
     phases: Phases
     comm: CommModel
@@ -50,6 +64,50 @@ class PredictResult:
                 "rows": self.rows()}
 
 
+def _is_ps(algo: str) -> bool:
+    try:
+        return normalise_algo(algo) == "ps"
+    except UsageError:
+        return False
+
+
+def comm_model_from(*, algo: str | None = None, alpha_us: float | None = None, beta_us_per_byte: float | None = None,
+                    bandwidth: str | float | None = None, gamma_us_per_byte: float | None = None,
+                    from_file: str | None = None, fit_in_phases: dict[str, Any] | list[Any] | None = None,
+                    load: Callable[[str, str], Any] = read_json) -> CommModel:
+    """The communication model of `gdlbench predict`'s options: a saved `allreduce --fit` report
+    (from_file; algo names its fit), or alpha_us with beta_us_per_byte or a bandwidth (GB/s, or
+    with a unit) for the formula `algo` (ring), or else the fit the phases file holds.
+    Errors name the CLI's options (--from, --alpha, ...), whose values these are."""
+    # With from_file, algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
+    formula = normalise_algo(algo) if algo and not from_file else algo
+    if formula and _is_ps(formula) and not from_file:
+        # (with --from, `--algo ps` names the parameter-server fit, whose alpha and beta then price
+        # the ps strategies' push/pull formula)
+        raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
+    direct = {"alpha": alpha_us, "beta": beta_us_per_byte, "bandwidth": bandwidth, "gamma": gamma_us_per_byte}
+    given = [v for v in direct.values() if v is not None]
+    if from_file and given:
+        raise UsageError("give --from FILE or --alpha/--beta (--bandwidth), not both")
+    if from_file:
+        return CommModel.from_dict(load(from_file, "--from"), algo, source=str(from_file))
+    if given:
+        if alpha_us is None:
+            raise UsageError("--alpha (microseconds per step) is needed with --beta/--bandwidth")
+        if (beta_us_per_byte is None) == (bandwidth is None):
+            raise UsageError("give one of --beta (us per byte) or --bandwidth (GB/s)")
+        for name in ("alpha", "beta", "gamma"):
+            v = direct[name]
+            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+                raise UsageError(f"--{name} must be a finite number >= 0, got {v}")
+        beta = beta_us_per_byte if beta_us_per_byte is not None else 1e6 / (parse_bandwidth(bandwidth or 0) * 1e9)
+        return CommModel(formula or "ring", alpha_us, beta, gamma_us_per_byte or 0.0, source="command line")
+    if fit_in_phases is not None:
+        return CommModel.from_dict({"summary": {"fit": fit_in_phases}}, algo, source="the phases file's fit")
+    raise UsageError("no communication model: give --alpha US with --beta US_PER_BYTE or --bandwidth GBS, "
+                     "or --from a saved `gdlbench allreduce --json` file")
+
+
 def predict(net: str | Network | None = None, phases: Phases | Any = None, comm_model: CommModel | str | None = None,
             *, alpha_us: float | None = None, beta_us_per_byte: float | None = None,
             bandwidth_gbs: float | None = None, gamma_us_per_byte: float | None = None, algo: str | None = None,
@@ -62,8 +120,6 @@ def predict(net: str | Network | None = None, phases: Phases | Any = None, comm_
     `gdlbench allreduce --fit --json`, with `algo` naming its fit), or alpha_us with
     beta_us_per_byte or bandwidth_gbs (and gamma_us_per_byte) for the formula `algo` (ring).
     gradient_bytes: bytes per gradient element on the wire (4: fp32; 2: gradients sent in bf16)."""
-    from .commands.predict import comm_model_from_args
-
     if isinstance(phases, (str, Path)):
         phases = Phases.load(phases)
     elif phases is None:
@@ -83,9 +139,9 @@ def predict(net: str | Network | None = None, phases: Phases | Any = None, comm_
     if isinstance(comm_model, CommModel):
         comm = comm_model
     else:
-        comm = comm_model_from_args(SimpleNamespace(
-            algo=algo, alpha=alpha_us, beta=beta_us_per_byte, bandwidth=bandwidth_gbs, gamma=gamma_us_per_byte,
-            from_file=str(comm_model) if comm_model is not None else None))
+        comm = comm_model_from(algo=algo, alpha_us=alpha_us, beta_us_per_byte=beta_us_per_byte,
+                               bandwidth=bandwidth_gbs, gamma_us_per_byte=gamma_us_per_byte,
+                               from_file=str(comm_model) if comm_model is not None else None)
     counts = parse_int_list(workers, "predict: workers") if isinstance(workers, str) else [int(n) for n in workers]
     if not counts or min(counts) < 1:
         raise UsageError(f"predict: workers must be positive, got {workers!r}")

@@ -12,9 +12,9 @@ A study is a directory:
 Every file is written whole or not at all (a temporary file renamed into place), so a study killed
 at any point resumes with --resume DIR: finished cells are kept, the others run.
 
-Each cell runs the very command its `command` field quotes (parsed by the CLI's own parser), and
-each prediction is `gdlbench predict` with the arguments the report prints beside it, so every
-number can be reproduced one by one.
+Each cell runs the very command its `command` field quotes, and each prediction is `gdlbench
+predict` with the arguments the report prints beside it, so every number can be reproduced one by
+one. The CLI layer runs them (it hands run_study a `Commands`): the library does not import it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import __version__, env
 from .collectives import fit_sweep_for_messages
@@ -41,9 +41,6 @@ from .model import Span
 from .network import load_network
 from .paths import write_atomic
 from .strategies import Strategy, get_strategies
-
-if TYPE_CHECKING:
-    from .commands.predict import Evaluation
 
 INDEX = "study.json"
 FORMAT = 1
@@ -55,6 +52,17 @@ BUCKETS_MIB = (1, 4, 16, 25, 64, 256)
 COMPRESS_RATIO = 100.0
 PHASE_GROUPS = {"I/O": ("io", "h2d"), "compute": ("forward", "backward"), "communication": ("comm",),
                 "update": ("update",)}
+
+
+@dataclass(frozen=True)
+class Commands:
+    """How the study runs the gdlbench commands it quotes, handed in by the CLI layer
+    (gdlbench.commands.study): run(argv) runs one in this process and returns its exit code;
+    predict_rows(argv, load) is the rows of `gdlbench predict ARGV`, load(path, option) reading
+    its JSON files."""
+
+    run: Callable[[list[str]], int]
+    predict_rows: Callable[[list[str], Callable[[str, str], Any]], list[dict[str, Any]]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,7 +231,7 @@ def plan_cells(cfg: Config) -> list[Cell]:
         net = load_network(cfg.net_spec(net_name))
         b = cfg.batch[net_name]
         argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
-                *_common(cfg), "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
+                *_common(cfg), "--target-se", "0",  # every round the study asks for "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
                 "--json", f"cells/iteration-{net_name}.json", "--trace", f"cells/trace-{net_name}.json"]
         # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
         work = 3 * net.fwd_macs * b / 1e9 * (cfg.iters + cfg.warmup) * (3 + len(cfg.strategies))
@@ -294,20 +302,14 @@ def fmt_duration(s: float) -> str:
 # Running the cells
 
 
-def _run_command(argv: list[str], root: Path, log: Path | None) -> None:
-    """A gdlbench command in this process, with the CLI's own parser, in the study directory; its
-    table goes to `log` (rank 0)."""
-    from . import cli
-
-    args = cli.build_parser().parse_args(argv)
-    cli.check_common(args)
-    module = __import__(f"gdlbench.commands.{cli.COMMANDS[args.command][0]}", fromlist=["run"])
+def _run_command(runner: Commands, argv: list[str], root: Path, log: Path | None) -> None:
+    """A gdlbench command in this process, in the study directory; its table goes to `log` (rank 0)."""
     out = io.StringIO()
     cwd = os.getcwd()
     os.chdir(root)
     try:
         with contextlib.redirect_stdout(out):
-            code = module.run(args)
+            code = runner.run(argv)
     finally:
         os.chdir(cwd)
     if code:
@@ -331,7 +333,7 @@ def provenance(argv: list[str]) -> dict[str, str | int]:
 
 
 def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
-              say: Callable[[str], None]) -> dict[str, Any]:
+              say: Callable[[str], None], runner: Commands) -> dict[str, Any]:
     """Measure the pending cells (every rank), then analyse and write the report (rank 0).
     Returns the index on rank 0 ({} elsewhere)."""
     comm = env.world()
@@ -378,7 +380,7 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
                                                              if rough else "")
             say(f"[{i + 1}/{len(todo)}] {cell.name}: {cell.command(cfg.world_size)} ({estimate})")
         t0 = time.monotonic()
-        _run_command(cell.argv, root, (root / f"cells/{cell.name}.log") if is_root else None)
+        _run_command(runner, cell.argv, root, (root / f"cells/{cell.name}.log") if is_root else None)
         comm.Barrier()
         seconds = time.monotonic() - t0
         if is_root:
@@ -390,7 +392,7 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
     if not is_root:
         return {}
     say("analysing: predictions, verdicts and what-ifs")
-    index["analysis"] = analyse(root, cfg, cells)
+    index["analysis"] = analyse(root, cfg, cells, runner)
     write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
     say("writing the report")
     from .study_report import write_report
@@ -418,13 +420,6 @@ def load_config(root: Path) -> Config:
 # Analysis: predictions, measured against predicted, verdicts and optimisation directions
 
 
-@functools.lru_cache(maxsize=1)
-def _predict_parser() -> argparse.ArgumentParser:
-    from . import cli
-
-    return cli.build_parser()
-
-
 @functools.lru_cache(maxsize=16)
 def _read_cached(path: str, option: str, mtime_ns: int) -> Any:
     from .paths import read_json
@@ -441,14 +436,12 @@ def _load(path: str, option: str) -> Any:
     return _read_cached(os.path.abspath(path), option, mtime)
 
 
-def _evaluate(root: Path, argv: list[str]) -> Evaluation:
-    """`gdlbench predict ARGV` evaluated in the study directory (no output)."""
-    from .commands.predict import evaluate
-
+def _evaluate(runner: Commands, root: Path, argv: list[str]) -> list[dict[str, Any]]:
+    """The rows of `gdlbench predict ARGV` evaluated in the study directory (no output)."""
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return evaluate(_predict_parser().parse_args(["predict", *argv]), load=_load)
+        return runner.predict_rows(argv, _load)
     finally:
         os.chdir(cwd)
 
@@ -503,7 +496,7 @@ def bound_by(parts: dict[str, float]) -> tuple[str, float]:
     return name, 100.0 * groups[name] / total
 
 
-def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict[str, Any]:
+def analyse(root: Path, cfg: Config, cells: list[Cell], runner: Commands) -> dict[str, Any]:
     strategies = get_strategies(",".join(cfg.strategies))
     encode = None
     comp_doc = json.loads((root / "cells/compress.json").read_text())
@@ -525,7 +518,7 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict[str, Any]:
                        for f in fits]
     nets: dict[str, dict[str, Any]] = {}
     for net_name in cfg.nets:
-        nets[net_name] = analyse_net(root, cfg, net_name, strategies, encode)
+        nets[net_name] = analyse_net(runner, root, cfg, net_name, strategies, encode)
     return {"nets": nets, "fit": fit_summary, "compress": {"ratio": cfg.compress_ratio,
                                                            "encode_us_per_byte": encode,
                                                            "source": "cells/compress.json"},
@@ -537,7 +530,7 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict[str, Any]:
                       "differs from the median by the run's spread"]}
 
 
-def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strategy],
+def analyse_net(runner: Commands, root: Path, cfg: Config, net_name: str, strategies: list[Strategy],
                 encode: float | None) -> dict[str, Any]:
     phases_file = f"cells/iteration-{net_name}.json"
     doc = json.loads((root / phases_file).read_text())
@@ -553,8 +546,7 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
         argv = ["--phases", phases_file, *(["--net", spec] if spec != net_name else []), *_comm_argv(cfg, s),
                 "--strategy", s.name]
         base_argv[s.name] = argv
-        ev = _evaluate(root, [*argv, "--workers", workers])
-        rows += ev.rows
+        rows += _evaluate(runner, root, [*argv, "--workers", workers])
         commands[s.name] = "gdlbench predict " + shlex.join([*argv, "--workers", workers])
     measured_us = summary.get("measured_us", {})
     compare = []
@@ -598,21 +590,21 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
                          "bound_by": bound, "bound_share_pct": bound_pct,
                          "comm_exposed_pct": 100 * parts.get("comm", 0.0) / total})
         winner = next(s for s in strategies if s.name == best["strategy"])
-        whatifs.append(what_ifs(root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
+        whatifs.append(what_ifs(runner, root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
     return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
             "predict_commands": commands, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency")}
 
 
-def what_ifs(root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int,
+def what_ifs(runner: Commands, root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int,
              summary: Mapping[str, Any], encode: float | None) -> dict[str, Any]:
     """The predicted gain of each change that applies to the winning strategy at n workers,
     ranked; each with the `gdlbench predict` command that shows it."""
     base = [*base, "--workers", str(n)]
 
     def t_iter(argv: list[str]) -> tuple[float, float]:
-        row = _evaluate(root, argv).rows[0]
+        row = _evaluate(runner, root, argv)[0]
         return row["t_iter_us"], row["images_per_s"]
 
     base_t, base_ips = t_iter(base)

@@ -19,6 +19,7 @@ from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
 from .measurement import Measurement, check_timing
+from .report import Column, fmt_float
 from .units import parse_count
 
 BYTES_PER_PARAM = 20
@@ -31,6 +32,13 @@ class UpdateResult:
     """The SGD update and a copy of the same traffic, timed in one run; GB/s of both."""
 
     command: ClassVar[str] = "update"
+    # the table the CLI prints (gdlbench.Compare)
+    COLUMNS: ClassVar[list[Column]] = [
+        Column("op", "op"), Column("params", "params"), Column("bytes moved", "bytes_moved"),
+        Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
+        Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
+        Column("GB/s", "gbs", fmt_float(2)), Column("vs copy", "vs_copy", fmt_float(3)), Column("#wrong", "wrong"),
+    ]
     params: int
     device: str
     threads: int | None

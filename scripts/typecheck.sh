@@ -12,14 +12,15 @@ modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbenc
          gdlbench.report gdlbench.copy gdlbench.update gdlbench.io gdlbench.layers gdlbench.collectives
          gdlbench.cluster gdlbench.costmodel gdlbench.env gdlbench.trace gdlbench.paths gdlbench.model
          gdlbench.iteration gdlbench.network gdlbench.cli gdlbench.compress
-         gdlbench.gemm gdlbench.memory gdlbench.nets.transformer
+         gdlbench.gemm gdlbench.memory gdlbench.nets.transformer gdlbench.twolevel
          gdlbench.commands gdlbench.commands.allgather gdlbench.commands.allreduce gdlbench.commands.broadcast
          gdlbench.commands.compress gdlbench.commands.conv gdlbench.commands.copy gdlbench.commands.env
          gdlbench.commands.gemm gdlbench.commands.io gdlbench.commands.iteration gdlbench.commands.layer
          gdlbench.commands.nets gdlbench.commands.predict gdlbench.commands.reduce_scatter
          gdlbench.commands.study gdlbench.commands.update
          gdlbench.conv gdlbench.conv_layers gdlbench.study gdlbench.study_report gdlbench.strategies
-         gdlbench.plots gdlbench.hostmem gdlbench._native gdlbench.torch_trace gdlbench.gloo
-         gdlbench.commands.import_trace)
+         gdlbench.plots gdlbench.hostmem gdlbench._native gdlbench.__main__ gdlbench._checkout
+         gdlbench.nets gdlbench.nets.googlenet gdlbench.nets.resnet gdlbench.nets.vgg
+         gdlbench.torch_trace gdlbench.gloo gdlbench.commands.import_trace)
 (cd "$(mktemp -d)" && "$python" -m mypy --config-file "$root/pyproject.toml" "${modules[@]/#/-m}")
 "$root/scripts/stubs.sh" check "$python" _core

@@ -214,6 +214,28 @@ TOGETHER_CODE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("collective, extra", [("allreduce", {"algo": "ring", "op": "max", "inplace": True}),
+                                               ("broadcast", {"root": 0}), ("allgather", {})])
+def test_request_is_checked_once_carried_and_reproduced(tmp_path, collective, extra):
+    """A CollectiveRequest is checked when made, rides on its result, and to_argv() is the
+    command that times the same row again."""
+    with pytest.raises(UsageError, match="dtype"):
+        C.CollectiveRequest(collective, 4096, "float13")
+    with pytest.raises(UsageError, match="iters"):
+        C.CollectiveRequest(collective, 4096, iters=0)
+    req = C.CollectiveRequest(collective, 4096, "float64", iters=3, warmup=1, **extra)
+    assert req.op is (None if collective != "allreduce" else "max") and (req.inplace or collective == "allgather")
+    r = C.run(req)
+    assert r.request == req and r.wrong == 0
+    out = tmp_path / "again.json"
+    p = run_cli(*req.to_argv(), "--json", str(out))
+    assert p.returncode == 0, (req.to_argv(), p.stderr)
+    (row,) = json.loads(out.read_text())["rows"]
+    for key in ("collective", "size_bytes", "dtype", "op", "algo", "backend", "inplace"):
+        assert row[key] == r.to_dict()[key], key
+    assert len(row["samples_us"]) == req.iters
+
+
 def test_run_started_together_waits_for_the_whole_communicator():
     p = run_mpi(3, sys.executable, "-c", TOGETHER_CODE)
     assert p.returncode == 0, p.stderr

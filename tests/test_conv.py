@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,8 @@ from gdlbench.conv import (
     reference,
     run_cpu,
 )
+
+USER_NET = Path(__file__).parent / "data" / "convnet.json"  # a user's net in gdlbench/nets' format
 
 # Small shapes that cross every code path of the CPU layer: im2col with and without padding,
 # stride, dilation, groups (including depthwise), bias, 1x1 with and without im2col, several
@@ -137,20 +140,27 @@ def test_api_result_rows():
         assert d["tflops"] == pytest.approx(2 * 2 * 8 * 8 * 9 * 12 * 12 / (d["time_us"] * 1e-6) / 1e12)
 
 
-def test_layer_lists():
-    # Published counts: ResNet-50 has 53 convolutions (4.09 G multiply-adds at 224), GoogLeNet 57 + 2
-    # auxiliary 1x1s, AlexNet 5.
+def test_layer_lists_come_from_the_nets():
+    # Published counts: ResNet-50 has 53 convolutions (4.09 G multiply-adds at 224), GoogLeNet 57
+    # (+ 2 auxiliary 1x1s in googlenet-aux), AlexNet 5.
     assert conv_layers.total_count("resnet50") == 53
-    assert conv_layers.total_count("googlenet") == 59
+    assert conv_layers.total_count("googlenet") == 57
+    assert conv_layers.total_count("googlenet-aux") == 59
     assert conv_layers.total_count("alexnet") == 5
-    macs = sum(lay.count * ConvShape(1, lay.c, lay.h, lay.w, lay.k, lay.r, lay.s, (lay.stride,) * 2, (lay.pad,) * 2,
-                                     groups=lay.groups).flops / 2 for lay in conv_layers.NETS["resnet50"])
-    assert macs == pytest.approx(4.087e9, rel=1e-3)
-    for lay in conv_layers.LAYERS.values():
-        sh = ConvShape(1, lay.c, lay.h, lay.w, lay.k, lay.r, lay.s, (lay.stride,) * 2, (lay.pad,) * 2,
-                       groups=lay.groups)
-        sh.validate()
-    assert conv_layers.find("alexnet/conv2").groups == 2
+    resnet = conv_layers.of_net("resnet50")
+    assert len(resnet) == 23  # distinct shapes
+    assert sum(lay.count * lay.shape.flops / 2 for lay in resnet) == pytest.approx(4.087e9, rel=1e-3)
+    for net in conv_layers.LISTED:
+        for lay in conv_layers.of_net(net):
+            assert lay.shape.n == 1 and lay.net == net
+            lay.shape.validate()
+    assert conv_layers.find("alexnet/conv2").shape.groups == 2
+    # any layer of a merged shape finds the distinct layer that holds it
+    assert conv_layers.find("resnet50/layer1.2.conv2") == conv_layers.find("resnet50/layer1.0.conv2")
+    # a user's net in nets/ format
+    user = conv_layers.of_net(str(USER_NET))
+    assert [lay.name for lay in user] == ["convnet/conv1", "convnet/conv2", "convnet/conv3"]
+    assert user[2].shape.groups == 2 and (user[2].shape.h, user[2].shape.c) == (8, 8)
 
 
 def test_cli_conv_json(tmp_path):
@@ -172,7 +182,21 @@ def test_cli_conv_layer_and_net():
     assert p.returncode == 0, p.stderr
     assert "alexnet/conv4" in p.stdout and "TFLOP/s" in p.stdout
     p = run_cli("conv", "--list")
-    assert p.returncode == 0 and "resnet50/conv2_3x3" in p.stdout and "googlenet/inception_3a/5x5" in p.stdout
+    assert p.returncode == 0 and "resnet50/layer1.0.conv2" in p.stdout and "googlenet/inception_3a/5x5" in p.stdout
+    p = run_cli("conv", "--net", "alexnet", "--list")
+    assert p.returncode == 0 and "alexnet/conv5" in p.stdout and "resnet50" not in p.stdout, p.stdout
+    assert p.stdout.startswith("alexnet: 5 distinct shapes, 5 convolutions")
+
+
+def test_cli_conv_lists_and_measures_a_users_net():
+    p = run_cli("conv", "--net", str(USER_NET), "--list")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "convnet: 3 distinct shapes, 3 convolutions"
+    assert "convnet/conv3" in p.stdout and "groups 2" in p.stdout
+    p = run_cli("conv", "--device", "cpu", "--net", str(USER_NET), "-n", "2", "--pass", "fwd", "--iters", "1",
+                "--warmup", "0")
+    assert p.returncode == 0, p.stderr
+    assert "convnet/conv1" in p.stdout and "convnet/conv3" in p.stdout
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -181,7 +205,8 @@ def test_cli_conv_layer_and_net():
     (["conv", "-c", "4", "-h", "5", "-k", "4", "-r", "7"], "larger than the padded input"),
     (["conv", "-c", "6", "-h", "8", "-k", "4", "--groups", "4"], "divisible"),
     (["conv", "--layer", "resnet50/nope"], "unknown layer"),
-    (["conv", "--net", "vgg"], "invalid choice"),
+    (["conv", "--net", "vgg"], "unknown network"),
+    (["conv", "--layer", "alexnet/conv1", "--list"], "--list"),
     (["conv", "--layer", "alexnet/conv1", "-c", "3"], "not both"),
     (["conv", "--device", "cpu", "--dtype", "float16"], "not available on cpu"),
     (["conv", "--device", "cpu", "--algo", "winograd"], "unknown CPU algorithm"),

@@ -93,7 +93,7 @@ print("OK")
 def test_cli_two_ranks_compares_strategies(tmp_path):
     out = tmp_path / "it2.json"
     p = run_cli("iteration", "--net", MLP, "--batch", "4", "--no-io", "--strategy", "serial,wfbp,wfbp-fusion",
-                "--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(out), nranks=2)
+                "--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(out), "--full", nranks=2)
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     assert doc["env"]["world_size"] == 2
@@ -112,7 +112,44 @@ def test_cli_two_ranks_compares_strategies(tmp_path):
     assert ("the communication thread has no core of its own" in " ".join(p.stdout.split())) == full
 
 
+def test_rounds_stop_when_the_error_is_known_well_enough():
+    # a target any run meets: min_rounds, no more; a budget already spent: min_rounds too
+    for kw in ({"target_se_pct": 1e9}, {"target_se_pct": 1e-9, "budget_s": 1e-9}):
+        r = Iteration(MLP, batch=2, device="cpu", strategy="serial", iters=30, warmup=0, io=False, min_rounds=3,
+                      **kw).measure()
+        assert len(r.runs[0].composed.samples_us) == 3, kw
+    # without a target: every round
+    r = Iteration(MLP, batch=2, device="cpu", strategy="serial", iters=4, warmup=0, io=False, min_rounds=3).measure()
+    assert len(r.runs[0].composed.samples_us) == 4
+
+
+def test_first_screen_of_a_users_net(tmp_path):
+    """`iteration --net FILE` measures a user's network; on one worker the first screen measures one
+    strategy, says why, fits 100 columns and ends with what to try next; --full is the long form."""
+    out = tmp_path / "first.json"
+    p = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--iters", "3", "--warmup", "0", "--device", "cpu",
+                "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    text = " ".join(p.stdout.split())
+    assert "where the time goes" in text and "model error" in text and "± " in text
+    assert "strategies (how gradients are sent, what overlaps) differ only with several workers" in text
+    assert [line for line in lines if not line.startswith("  ")][-1].startswith("next: ")  # the last paragraph
+    assert "next: mpiexec -n 2 gdlbench iteration --net " + CONVNET in text
+    doc = json.loads(out.read_text())
+    assert [r["strategy"] for r in doc["rows"] if r["phase"] == "iteration"] == ["serial"]
+    assert doc["summary"]["rounds"] == 3 and doc["args"]["strategy"] == "serial"
+    full = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--iters", "2", "--warmup", "0", "--device", "cpu",
+                   "--no-io", "--full")
+    assert full.returncode == 0, full.stderr
+    assert "composed iteration per strategy" in full.stdout
+    assert all(s in full.stdout for s in ("serial", "prefetch", "wfbp", "wfbp-fusion"))
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--target-se", "-1"], "--target-se"),
+    (["--max-seconds", "nan"], "--max-seconds"),
     (["--net", "nosuchnet"], "nosuchnet"),
     (["--batch", "0"], "batch"),
     (["--strategy", "bogus"], "bogus"),

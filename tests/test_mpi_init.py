@@ -151,7 +151,7 @@ def _iteration_env(tmp_path, threads: int, extra_env: dict | None = None) -> tup
     out = tmp_path / "it.json"
     cmd = [str(MPIEXEC), "-n", "2", *GDLBENCH_CMD, "iteration", "--net", str(CHECKOUT / "tests/data/convnet.json"),
            "--strategy", "wfbp", "--iters", "2", "--warmup", "1", "--no-io", "--threads", str(threads),
-           "--json", str(out)]
+           "--json", str(out), "--full"]  # --full: the MPI line is among every table's notes
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**mpi_env(), **(extra_env or {})},
                        cwd=NEUTRAL_CWD)
     assert p.returncode == 0, p.stderr

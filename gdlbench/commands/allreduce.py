@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypedDict
 
 from .. import collectives as C
 from .. import costmodel, env
 from .._native import MPI, _core
-from ..cli import common_options, one_line
+from ..cli import common_options, one_line, outputs
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, Report, fmt_float, print_table
+from ..report import Column, Outputs, Progress, Report, fmt_float, print_table
+from ..twolevel import LevelSweep, fit_levels
 from ..units import SIZE_CONVENTION, format_bytes, parse_size, split_list
 
 MAX_ROWS = 4096
@@ -39,8 +40,7 @@ class Plan(TypedDict):
     fit_min: int
     fit_regimes: int
     rotate: int
-    json: OutputFile | None
-    csv: OutputFile | None
+    outputs: Outputs  # --json, --csv
 
 
 def _list(text: str, allowed: tuple[str, ...], what: str, alias: Callable[[str], str] = lambda x: x) -> list[str]:
@@ -204,12 +204,11 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
         raise UsageError("--beside-compute goes with --backend gloo on 2 or more ranks")
     if fit and nranks < 2:
         raise UsageError("--fit needs at least 2 ranks (run under mpiexec -n N)")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "combos": combos, "waived": waived,
             "modes": modes, "backend": backend,
             "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min,
-            "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "json": json_out, "csv": csv_out}
+            "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "outputs": files}
 
 
 def _check_memory(collective: str, plan: Plan, nranks: int, comm: MPI.Comm) -> None:
@@ -228,52 +227,6 @@ def _check_memory(collective: str, plan: Plan, nranks: int, comm: MPI.Comm) -> N
     if need > available:
         raise UsageError(f"the largest row needs {format_bytes(need)} of host memory on this node "
                          f"({env.local_ranks()} ranks), {format_bytes(available)} available")
-
-
-def _columns(collective: str, modes: tuple[bool, ...]) -> list[Column]:
-    kind = C.kind(collective)
-    cols = [Column("size (B)", "size_bytes"), Column("count", "count"), Column("type", "dtype")]
-    if kind.reduces:
-        cols.append(Column("redop", "op"))
-    if kind.rooted:
-        cols.append(Column("root", "root"))
-    if len(kind.algos) > 1:
-        cols.append(Column("algo", "algo"))
-    for mode in modes:
-        tag = "in" if mode else "out"
-        label = "in-place" if mode else "out-of-place"
-        if kind.rooted:  # one buffer: no mode to name
-            label = ""
-        pre = f"{label} " if label else ""
-        cols += [Column(f"{pre}time (us)", f"{tag}_time_us", fmt_float(1)),
-                 Column("p95", f"{tag}_time_us_p95", fmt_float(1)),
-                 Column("algbw (GB/s)", f"{tag}_algbw_gbs", fmt_float(3)),
-                 Column("busbw (GB/s)", f"{tag}_busbw_gbs", fmt_float(3)),
-                 Column("#wrong", f"{tag}_wrong", lambda v: "N/A" if v is None else str(v))]
-    return cols
-
-
-def _table_rows(results: list[C.CollectiveResult], waived: list[C.WaivedRow]) -> list[dict[str, Any]]:
-    merged: dict[tuple[int, str, str | None, str], dict[str, Any]] = {}
-    for r in results:
-        key = (r.size_bytes, r.dtype, r.op, r.algo)
-        row = merged.setdefault(key, {"size_bytes": r.size_bytes, "count": r.count, "dtype": r.dtype, "op": r.op,
-                                      "algo": C.algo_label(r.algo, r.servers, r.variant), "root": r.root})
-        tag = "in" if r.inplace else "out"
-        row.update({f"{tag}_time_us": r.time_us, f"{tag}_noisy": r.measurement.noisy,
-                    f"{tag}_time_us_p95": r.measurement.p95,
-                    f"{tag}_algbw_gbs": r.algbw_gbs, f"{tag}_busbw_gbs": r.busbw_gbs, f"{tag}_wrong": r.wrong})
-        row.setdefault("out_wrong", None) if not r.inplace else row.setdefault("in_wrong", None)
-    return list(merged.values()) + [{"dtype": w.dtype, "op": w.op, "algo": f"{w.algo} (waived)"} for w in waived]
-
-
-def table(results: Sequence[C.CollectiveResult | C.WaivedRow]) -> tuple[list[Column], list[dict[str, Any]]]:
-    """The nccl-tests table: out-of-place and in-place side by side, then the waived rows
-    (gdlbench.Compare's hook)."""
-    measured = [r for r in results if isinstance(r, C.CollectiveResult)]
-    waived = [r for r in results if isinstance(r, C.WaivedRow)]
-    modes = tuple(sorted({r.inplace for r in measured}))
-    return _columns(results[0].collective, modes), _table_rows(measured, waived)
 
 
 def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) -> int:
@@ -302,7 +255,10 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
     if plan["fit"]:
         fits, gamma_note = _fit(results, plan, comm)
         if C.kind(collective).fits and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
-            levels = _fit_levels(args, plan, comm, results, fits, progress)
+            mode = True if True in plan["modes"] else plan["modes"][0]  # in place if asked
+            sweep = LevelSweep(plan["sizes"], plan["dtypes"][0], plan["ops"][0], mode, args.iters, args.warmup,
+                               args.check, args.timeout, plan["rotate"], plan["fit_min"], plan["fit_regimes"])
+            levels = fit_levels(sweep, comm, results, fits, progress.step)
 
     contention = None
     if getattr(args, "beside_compute", False):
@@ -348,7 +304,7 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
         _print(collective, args, plan, results, fits, report, nranks)
         if levels:
             _print_levels(levels)
-        report.write(plan["json"], plan["csv"])
+        plan["outputs"].write(report)
     if wrong_rows:
         if not is_root:
             return 1
@@ -375,107 +331,6 @@ def _fit(results: list[C.CollectiveResult], plan: Plan, comm: MPI.Comm) -> tuple
     else:
         fits = C.fit_results(results, min_bytes=plan["fit_min"], regimes=plan["fit_regimes"])
     return fits, gamma_note
-
-
-def _fit_levels(args: argparse.Namespace, plan: Plan, comm: MPI.Comm, results: list[C.CollectiveResult],
-                fits: list[C.AlphaBetaFit], progress: Progress) -> dict[str, Any]:
-    """The two-level fit: the same sweep (library all-reduce, first dtype and op, in place if
-    asked) on every node's ranks at once (intra), then among the first rank of each node alone
-    (inter: the link with nobody else on it), each fitted on its own. With several ranks per node,
-    each level also as hier runs it: its reduce-scatter + all-gather inside every node at once
-    (intra_rsag: `--algo hier` on each node), and every local rank's all-reduce across nodes at
-    once (inter_shared: the link shared as hier's shards and rd's exchanges share it). Then the
-    whole communicator's rows priced by the two-level model (gdlbench.cluster) beside the flat
-    one-level model (the whole communicator's library fit for every pair of ranks)."""
-    from .. import cluster
-
-    node, cross = _core.level_comms(comm)
-    topo = env.topology(comm)
-    dtype, op = plan["dtypes"][0], plan["ops"][0]
-    mode = True if True in plan["modes"] else plan["modes"][0]
-    gamma = next((f.gamma_us_per_byte for f in fits if f.gamma_us_per_byte is not None), None)
-    out: dict[str, Any] = {}
-    leader = _core.topology(comm)["local_rank"] == 0
-    several = (topo["min_ranks_per_node"] or 1) > 1
-    sweeps = (("intra", node, "library", True, "every node's ranks at once (MPI_Comm_split_type or --ranks-per-node)"),
-              ("intra_rsag", node, "hier", True, "every node's ranks at once, reduce-scatter + all-gather as hier "
-               "runs them (--algo hier on each node)"),
-              ("inter", cross, "library", leader, "the first rank of every node, the others waiting in MPI_Barrier"),
-              ("inter_shared", cross, "library", True, "every local rank's all-reduce across nodes at once, each "
-               "call started together (a barrier on the whole communicator), as hier's shards cross"))
-    for level, sub, algo, active, measured_on in sweeps:
-        if level in ("intra_rsag", "inter_shared") and not several:
-            continue  # one rank per node: the same as intra's and inter's
-        # hier's reduce-scatter + all-gather run from HIER_LEADER_BELOW_BYTES; below it, its leader variant
-        fit_min = max(plan["fit_min"], costmodel.HIER_LEADER_BELOW_BYTES) if algo == "hier" else plan["fit_min"]
-        rows: list[C.CollectiveResult] = []
-        if level == "inter_shared":
-            # Started together on every call: left to their own pace, the all-reduces of the local
-            # ranks drift apart and overlap only partly (at 1 Gbit/s, 1.1-1.8 x one alone where
-            # sharing the link gives 2 x), which is not how hier's shards cross.
-            for size in plan["sizes"]:
-                r = C.run_started_together("allreduce", size, dtype, op, algo, mode, iters=args.iters,
-                                           warmup=args.warmup, check=args.check, timeout=args.timeout,
-                                           rotate_bytes=plan["rotate"], comm=sub, start_on=comm)
-                if r is not None and r.nranks > 1:
-                    rows.append(r)
-                    progress.step(f"{level} level: {r.size_bytes} B: {r.time_us:.1f} us")
-        elif active and sub != MPI.COMM_NULL and sub.Get_size() > 1:
-            for size in plan["sizes"]:
-                r = C.run_one("allreduce", size, dtype, op, algo, "mpi", mode, iters=args.iters,
-                              warmup=args.warmup, check=args.check, timeout=args.timeout,
-                              rotate_bytes=plan["rotate"], comm=sub)
-                rows.append(r)
-                progress.step(f"{level} level: {r.size_bytes} B: {r.time_us:.1f} us")
-        comm.Barrier()
-        if env.rank() != 0:
-            continue
-        fitted = C.fit_results(rows, gamma_us_per_byte=gamma, gamma_source="measured: local reduction, 16 MiB",
-                               min_bytes=fit_min, regimes=plan["fit_regimes"])
-        if not fitted:  # nothing swept here, or fewer than 2 sizes from the fit's smallest
-            out[level] = None
-            continue
-        fit = fitted[0]
-        out[level] = fit.to_dict() | {"ranks": rows[0].nranks, "measured_on": measured_on,
-                                      "wrong": sum(r.wrong or 0 for r in rows)}
-    if env.rank() != 0:
-        return {}
-    if not out.get("inter"):
-        return {}
-    per_node = topo["ranks_per_node"] or topo["min_ranks_per_node"]
-    model = cluster.from_fit_levels(out, topo["nodes"], per_node, "this run's two-level fit")
-    flat = next((f for f in fits if f.algo == "library"), fits[0] if fits else None)
-    points: list[dict[str, Any]] = []
-    for r in results:
-        if r.dtype != dtype or r.op != op or r.algo not in ("library", "ring", "hier", "rd", "tree"):
-            continue
-        two = model.time_us(r.algo, r.size_bytes, r.nranks)
-        one = cluster.one_level_us(r.algo, r.size_bytes, r.nranks, *flat.params_for(r.size_bytes),
-                                   flat.gamma_us_per_byte or 0.0) if flat else None
-        points.append({"algo": r.algo, "size_bytes": r.size_bytes, "inplace": r.inplace, "measured_us": r.time_us,
-                       "two_level_us": two, "two_level_error": (two - r.time_us) / r.time_us,
-                       "flat_us": one, "flat_error": None if one is None else (one - r.time_us) / r.time_us})
-    out["model_check"] = {
-        "cluster": model.to_dict(), "flat_model": f"the whole communicator's {flat.algo} fit for every pair" if flat
-        else None, "points": points, "median_abs_error_64k": _median_errors(points)}
-    return out
-
-
-def _median_errors(points: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """Per algorithm, from 64 KiB up: the median |error| of each model and its worst (a median
-    over the sizes hides a range of sizes priced far off)."""
-    import statistics
-
-    out: dict[str, dict[str, float | None]] = {}
-    for algo in dict.fromkeys(p["algo"] for p in points):
-        sel = [p for p in points if p["algo"] == algo and p["size_bytes"] >= 65536]
-        if not sel:
-            continue
-        two = [abs(p["two_level_error"]) for p in sel]
-        flat = [abs(p["flat_error"]) for p in sel] if all(p["flat_error"] is not None for p in sel) else None
-        out[algo] = {"two_level": statistics.median(two), "two_level_worst": max(two),
-                     "flat": statistics.median(flat) if flat else None, "flat_worst": max(flat) if flat else None}
-    return out
 
 
 def _print_levels(levels: dict[str, Any]) -> None:
@@ -516,7 +371,7 @@ def _print(collective: str, args: argparse.Namespace, plan: Plan, results: list[
              f"{args.iters} iters, {args.warmup} warm-up, {args.check} check)")
     caption = (f"time: median and p95 over iterations of the max over ranks, host steady clock; "
                f"busbw = algbw x {report.timing['busbw_factor']}; GB/s = 1e9 B/s")
-    print_table(title, *table([*results, *plan["waived"]]), caption=caption)
+    print_table(title, *C.table([*results, *plan["waived"]]), caption=caption)
     bad = sum(1 for r in results if r.wrong)
     lines = [f"backend {plan['backend']} ({plan['backend_why']})",
              f"timed region: {report.timing['region']}",

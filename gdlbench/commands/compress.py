@@ -7,16 +7,11 @@ from __future__ import annotations
 import argparse
 
 from .. import env
-from ..cli import common_options
-from ..compress import compress
+from ..cli import common_options, outputs
+from ..compress import CompressResult, compress
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Report, fmt_float, print_table
+from ..report import Report, print_table
 from ..units import parse_count
-
-COLUMNS = [Column("ratio", "ratio", "{:g}"), Column("values", "values"), Column("kept", "kept"),
-           Column("time (ms)", "time_ms", fmt_float(3)), Column("p95 (ms)", "p95_ms", fmt_float(3)),
-           Column("cv", "time_cv", fmt_float(3)), Column("us per dense byte", "encode_us_per_byte", "{:.3e}"),
-           Column("GB/s", "gbs", fmt_float(2)), Column("#wrong", "wrong")]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if not ratios or any(not r >= 1 for r in ratios):
         raise UsageError(f"--ratio: expected numbers >= 1, got {args.ratio!r}")
     n = parse_count(args.values, "--values")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     rows = [compress(ratio, n, iters=args.iters, warmup=args.warmup).to_dict() for ratio in ratios]
     if env.rank() == 0:
         report = Report("compress", vars(args), env.collect(),
@@ -43,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
                                                             "k (index, value) pairs", "rank_reduction": "none (rank 0)"},
                         rows=rows, summary={"encode_us_per_byte": {f"{r['ratio']:g}": r["encode_us_per_byte"]
                                                                    for r in rows}})
-        print_table("gdlbench compress: top-k sparsification encode (fp32)", COLUMNS, rows,
+        print_table("gdlbench compress: top-k sparsification encode (fp32)", CompressResult.COLUMNS, rows,
                     caption=f"median of {args.iters} after {args.warmup} warm-up, host steady clock; k = n/(2r) "
                             "values kept as int32 index + fp32 value, so the message is 1/r of the dense bytes; "
                             "#wrong: a 10,000-value encode against numpy's sort")
-        report.write(json_out, csv_out)
+        files.write(report)
     if any(r["wrong"] for r in rows):
         raise CheckFailed("top-k encode differs from numpy's selection")
     return 0

@@ -1,5 +1,6 @@
 """gdlbench conv: TFLOP/s of 2-D convolution, forward, backward-data and backward-filter, for one
-shape or the real layers of AlexNet, GoogLeNet and ResNet-50 (gdlbench/conv_layers.py).
+shape or the distinct conv layers of a network (gdlbench/conv_layers.py reads them from the net:
+a built-in one, or a spec file in gdlbench/nets' format).
 
 Options follow DeepBench's names: -n -c -h -w -k -r -s. -h is the input height here, so help is
 --help only; -H and -W are accepted as well."""
@@ -8,30 +9,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 
 from .. import conv_layers, env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
-from ..conv import CPU_DTYPES, CUDA_DTYPES, ConvShape, conv
+from ..conv import CPU_DTYPES, CUDA_DTYPES, ConvShape, conv, format_hw
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, Progress, fmt_float
-from ..units import format_bytes, parse_size
+from ..network import net_option
+from ..report import Progress
+from ..units import parse_size
 
-
-def _hw(v: Sequence[int]) -> str:
-    return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
-
-
-COLUMNS = [
-    Column("layer", "layer"), Column("count", "count"), Column("N", "n"), Column("C", "c"),
-    Column("HxW", "hw"), Column("K", "k"), Column("RxS", "rs"), Column("stride", "stride", _hw),
-    Column("pad", "pad", _hw), Column("g", "groups"), Column("pass", "pass"), Column("algo", "algo"),
-    Column("workspace", "workspace_bytes", lambda b: format_bytes(b) if b else "0"),
-    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
-    Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
-    Column("#wrong", "wrong"),
-]
+DEFAULT_LAYER = "resnet50/layer1.0.conv2"  # the 3x3 convolution of ResNet-50's first stage
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,9 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dilation", default="1", help="dilation: N or HxW (default 1)")
     p.add_argument("--groups", type=int, default=1, help="channel groups (default 1)")
     p.add_argument("--bias", action="store_true", help="add a bias (and time its gradient with bwd-filter)")
-    p.add_argument("--layer", help="built-in layer(s), comma-separated, e.g. resnet50/conv2_3x3 (see --list)")
-    p.add_argument("--net", choices=sorted(conv_layers.NETS), help="every distinct conv layer of a network")
-    p.add_argument("--list", action="store_true", help="list the built-in layers and exit")
+    p.add_argument("--layer", help=f"built-in layer(s), comma-separated, e.g. {DEFAULT_LAYER} (see --list)")
+    p.add_argument("--net", type=net_option,
+                   help="every distinct conv layer of a network: a built-in net or a .json/.py spec file")
+    p.add_argument("--list", action="store_true",
+                   help=f"list the conv layers of --net (default: {', '.join(conv_layers.LISTED)}) and exit")
     p.add_argument("--pass", dest="pass_", default="all", choices=["fwd", "bwd-data", "bwd-filter", "all"],
                    help="which pass to time (default all)")
     p.add_argument("--dtype", default="float32", help="cpu: float32; cuda: float32, tf32, float16, bfloat16")
@@ -91,16 +82,11 @@ def shapes_from_args(args: argparse.Namespace) -> list[tuple[str, int, ConvShape
     if args.layer and args.net:
         raise UsageError("give --layer or --net, not both")
     if args.layer or args.net or not geometry_given:
-        if args.net:
-            layers = conv_layers.NETS[args.net]
-        else:
-            layers = []
-            for name in (args.layer or "resnet50/conv2_3x3").split(","):
-                if name not in conv_layers.LAYERS:
-                    raise UsageError(f"--layer: unknown layer {name!r} (gdlbench conv --list shows them)")
-                layers.append(conv_layers.LAYERS[name])
-        return [(lay.name, lay.count, ConvShape(batch, lay.c, lay.h, lay.w, lay.k, lay.r, lay.s, (lay.stride,) * 2,
-                                                (lay.pad,) * 2, (1, 1), lay.groups, args.bias)) for lay in layers]
+        layers = (conv_layers.of_net(args.net) if args.net else
+                  [conv_layers.find(name) for name in (args.layer or DEFAULT_LAYER).split(",")])
+        # the net's own bias, or --bias for every layer
+        return [(lay.name, lay.count, replace(lay.shape, n=batch, bias=lay.shape.bias or args.bias))
+                for lay in layers]
     c, h, k = (64 if v is None else v for v in (args.c, args.h, args.k))
     w = h if args.w is None else args.w
     r = 3 if args.r is None else args.r
@@ -111,24 +97,27 @@ def shapes_from_args(args: argparse.Namespace) -> list[tuple[str, int, ConvShape
     return [("", 1, sh)]
 
 
-def _list_layers() -> int:
-    for net, layers in conv_layers.NETS.items():
-        print(f"{net}: {len(layers)} distinct shapes, {conv_layers.total_count(net)} convolutions")
+def _list_layers(nets: Sequence[str]) -> int:
+    for net in nets:
+        layers = conv_layers.of_net(net)
+        print(f"{layers[0].net}: {len(layers)} distinct shapes, {sum(lay.count for lay in layers)} convolutions")
         for lay in layers:
-            print(f"  {lay.name:<36} C={lay.c:<5} H=W={lay.h:<4} K={lay.k:<5} {lay.r}x{lay.s} stride {lay.stride} "
-                  f"pad {lay.pad} groups {lay.groups}  x{lay.count}")
+            sh = lay.shape
+            print(f"  {lay.name:<36} C={sh.c:<5} HxW={format_hw((sh.h, sh.w)):<7} K={sh.k:<5} {sh.r}x{sh.s} "
+                  f"stride {format_hw(sh.stride)} pad {format_hw(sh.pad)} groups {sh.groups}  x{lay.count}")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        return _list_layers()
+        if args.layer:
+            raise UsageError("--list lists a net's layers: give --net NET or nothing, not --layer")
+        return _list_layers([args.net] if args.net else conv_layers.LISTED)
     rows_in = shapes_from_args(args)
     for _name, _count, sh in rows_in:
         sh.validate()
     limit = parse_size(args.workspace_limit, "--workspace-limit") if args.workspace_limit not in ("0", 0) else 0
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     device, why = env.resolve_device(args.device)
     allowed = CPU_DTYPES if device == "cpu" else CUDA_DTYPES
     if args.dtype not in allowed:
@@ -163,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                          for k, v in sorted(summary.items())))
     Compare(results, title=f"gdlbench conv ({args.dtype}, {args.layout if device == 'cuda' else 'nchw'})",
             caption=caption, args=vars(args) | {"device": device, "workspace_limit_bytes": limit},
-            summary=summary).emit(json_out, csv_out)
+            summary=summary).emit(files)
     if not all(r.passed for r in results):
         raise CheckFailed("convolution results differ from the float64 reference beyond the tolerance")
     return 0

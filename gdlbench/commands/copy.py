@@ -5,18 +5,12 @@ from __future__ import annotations
 import argparse
 
 from .. import env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
 from ..copy import CPU_NOTE, copy, plan
 from ..errors import CheckFailed
-from ..report import Column, OutputFile, Progress, fmt_float
+from ..report import Progress
 from ..units import SIZE_CONVENTION, format_bytes, parse_size
-
-COLUMNS = [
-    Column("direction", "direction"), Column("memory", "memory"), Column("size", "size_bytes", format_bytes),
-    Column("copies/sample", "copies_per_sample"), Column("time/copy (us)", "time_per_copy_us", fmt_float(1)),
-    Column("cv", "time_cv", fmt_float(3)), Column("GB/s", "gbs", fmt_float(2)), Column("#wrong", "wrong"),
-]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,8 +29,7 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import UsageError
 
         raise UsageError(f"--copies must be >= 1, got {args.copies}")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     device, why = env.resolve_device(args.device)
     if device == "cpu":  # pinned and pageable are the same memcpy on the host
         pairs = list(dict.fromkeys((d, "host") for d, _ in pairs))
@@ -58,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         caption += f". {CPU_NOTE} (the same memcpy for every direction)"
     Compare(results, title=f"gdlbench copy ({format_bytes(size)})", caption=caption,
             args=vars(args) | {"device": device, "size_bytes": size}, notes=[CPU_NOTE] if device == "cpu" else [],
-            timing={"clock": clock, "region": region, "rank_reduction": "none (this rank)"}).emit(json_out, csv_out)
+            timing={"clock": clock, "region": region, "rank_reduction": "none (this rank)"}).emit(files)
     if not all(r.passed for r in results):
         raise CheckFailed("copied data differ from the source")
     return 0

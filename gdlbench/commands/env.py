@@ -7,8 +7,8 @@ import argparse
 from rich.table import Table
 
 from .. import env
-from ..cli import ranks_per_node_option
-from ..report import OutputFile, Report, stdout_console
+from ..cli import outputs, ranks_per_node_option
+from ..report import Report, stdout_console
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = OutputFile(args.json, "--json") if args.json else None
+    files = outputs(args)
     info = env.collect()
     if env.rank() != 0:
         return 0
@@ -36,6 +36,5 @@ def run(args: argparse.Namespace) -> int:
             table.add_row(f"cuda:{d['index']}", f"{d['name']} (sm {d['compute_capability']}, "
                           f"{d['memory_bytes'] / 2**30:.0f} GiB, {d['sm_count']} SMs, {d.get('pci_bus_id', '')})")
     stdout_console().print(table)
-    if out:
-        Report("env", {}, info, {}).write(out, None)
+    files.write(Report("env", {}, info, {}))
     return 0

@@ -5,19 +5,11 @@ from __future__ import annotations
 import argparse
 
 from .. import env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
 from ..gemm import gemm, validate_shape
-from ..report import Column, OutputFile, Progress, fmt_float
-
-COLUMNS = [
-    Column("m", "m"), Column("n", "n"), Column("k", "k"), Column("dtype", "dtype"),
-    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
-    Column("TFLOP/s", "tflops", fmt_float(3)), Column("max rel err", "max_rel_error", "{:.1e}"),
-    Column("#wrong", "wrong"),
-]
+from ..report import Progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,8 +61,7 @@ def parse_shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
 
 def run(args: argparse.Namespace) -> int:
     shapes = parse_shapes(args)
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     device, why = env.resolve_device(args.device)
     is_root = env.rank() == 0
     progress = Progress(len(shapes), "gemm", enabled=is_root)
@@ -88,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                f"after {args.warmup} warm-up; TFLOP/s = 2mnk/t"
                + (f"; check: max |C-R|/(|A||B|) <= {tol:g} vs float64, {check['checked_rows']} rows" if check and tol else ""))
     Compare(results, title=f"gdlbench gemm ({args.dtype}, {'A^T' if args.ta else 'A'} @ {'B^T' if args.tb else 'B'})",
-            caption=caption, args=vars(args) | {"device": device}).emit(json_out, csv_out)
+            caption=caption, args=vars(args) | {"device": device}).emit(files)
     if not all(r.passed for r in results):
         raise CheckFailed("GEMM results differ from the float64 reference beyond the tolerance")
     return 0

@@ -5,18 +5,10 @@ from __future__ import annotations
 import argparse
 
 from .. import env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
 from ..errors import UsageError
 from ..io import DEFAULT_SIZE, Dataset, parse_image_size, time_read
-from ..report import Column, OutputFile, fmt_float
-
-COLUMNS = [
-    Column("op", "op"), Column("batch", "batch"), Column("threads", "threads"),
-    Column("mean file (KB)", "mean_file_bytes", lambda v: f"{v / 1e3:.1f}"),
-    Column("time (ms)", "time_us", lambda v: f"{v / 1e3:.2f}"), Column("cv", "time_cv", fmt_float(3)),
-    Column("images/s", "images_per_s", fmt_float(1)), Column("MB/s", "mb_per_s", fmt_float(1)),
-]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
     if not (1 <= args.images <= 10**7 and 1 <= args.batch <= 10**6):
         raise UsageError(f"--images must be >= 1 and at most 10,000,000, --batch >= 1 and at most 1,000,000; got "
                          f"{args.images} and {args.batch}")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     threads = args.threads or env.usable_cores()
     ds = Dataset.ensure(args.dir, args.images, size)
     try:
@@ -56,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
             timing={"clock": "steady-clock", "region": results[0].measurement.region + " (Python time.perf_counter)",
                     "rank_reduction": "none (this rank)"},
             summary={"dataset": str(args.dir) if args.dir else "temporary", "generated": ds.generated,
-                     "images": len(ds.files), "total_bytes": ds.total_bytes}).emit(json_out, csv_out)
+                     "images": len(ds.files), "total_bytes": ds.total_bytes}).emit(files)
     return 0

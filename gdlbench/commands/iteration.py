@@ -5,28 +5,42 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..collectives import DEFAULT_TIMEOUT_S
 from ..compare import Compare
 from ..errors import UsageError
-from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult, spread_pct
+from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult
 from ..network import net_option
-from ..report import Column, OutputFile, fmt_float, print_table, stdout_console
+from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 
 DEFAULT_STRATEGIES = "serial,prefetch,wfbp,wfbp-fusion"
+ONE_WORKER = "serial"  # on one worker: every message is a 1-rank all-reduce, so strategies need several
+# Rounds: at least MIN_ROUNDS, then until the error's standard error is TARGET_SE_PCT, the rounds
+# have taken BUDGET_S, or MAX_ROUNDS are done (the main job's first screen in under a minute).
+MIN_ROUNDS, MAX_ROUNDS, TARGET_SE_PCT, BUDGET_S = 5, 30, 1.0, 20.0
 MPI_THREAD_LEVEL = Iteration.MPI_THREAD_LEVEL  # the CLI initialises MPI at this level
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--net", type=net_option, default="resnet50", help="a built-in net (gdlbench nets) or a spec file (default resnet50)")
     p.add_argument("--batch", type=int, help="per-worker batch (default: per net and device; printed)")
-    p.add_argument("--strategy", default=DEFAULT_STRATEGIES,
-                   help=f"a preset, a comma-separated list, or all (default {DEFAULT_STRATEGIES})")
+    p.add_argument("--strategy", help=f"a preset, a comma-separated list, or all (default {DEFAULT_STRATEGIES}; "
+                                      f"on one worker, where they differ only in I/O prefetch, {ONE_WORKER}; "
+                                      f"with --full, {DEFAULT_STRATEGIES})")
+    p.add_argument("--full", action="store_true",
+                   help="every table (phases, layers, strategies, each phase alone vs inside, contention) and, on "
+                        f"one worker, the strategies {DEFAULT_STRATEGIES}")
+    p.add_argument("--target-se", type=float, default=TARGET_SE_PCT, metavar="PCT",
+                   help=f"stop adding rounds once the model's error has a standard error of at most PCT %% (after "
+                        f"{MIN_ROUNDS} rounds; default {TARGET_SE_PCT:g}); 0: run all --iters rounds")
+    p.add_argument("--max-seconds", type=float, default=BUDGET_S, metavar="S",
+                   help=f"stop adding rounds after S seconds of rounds (after {MIN_ROUNDS}; default {BUDGET_S:g})")
     p.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"abort the job when a message or an iteration makes no progress for this many seconds "
                         f"(a dead or hung rank); default {DEFAULT_TIMEOUT_S:g}, 0: off")
@@ -39,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the traced iterations (every phase on every rank, and the isolated phases as the model "
                         "composes them) in the Chrome trace event format: open it in ui.perfetto.dev")
     common_options(p)
-    p.set_defaults(iters=5, warmup=1)  # iters: rounds (isolated, then composed); warmup: per native call
+    # iters: rounds (isolated, then composed), at most this many with --target-se; warmup: per native call
+    p.set_defaults(iters=MAX_ROUNDS, warmup=1)
 
 
 def _progress(enabled: bool) -> Callable[[str], None]:
@@ -72,32 +87,77 @@ def phase_difference(cell: dict[str, float], iteration_us: float) -> str:
     if cell["alone_us"] >= SMALL_PHASE * iteration_us:
         return f"{cell['diff_pct']:+.1f} %"
     return f"{(cell['inside_us'] - cell['alone_us']) / 1e3:+.2f} ms"
-STRATEGY_COLUMNS = [Column("strategy", "strategy"), Column("messages", "messages"),
-                    Column("comm alone (ms)", "comm_ms", fmt_float(2)),
-                    Column("predicted (ms)", "predicted_ms", fmt_float(2)),
-                    Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
-                    Column("error", "error_pct", "{:+.1f} %"),
-                    Column("± se", "error_se_pct", "{:.1f} %"), Column("spread", "spread_pct", "{:.1f} %"),
-                    Column("img/s/worker", "ips", fmt_float(2)),
-                    Column("img/s total", "ips_total", fmt_float(2))]
 
 
-def strategy_rows(r: IterationResult) -> list[dict[str, Any]]:
-    """Per strategy: the model's prediction against the composed run."""
-    rows = []
-    for run in r.runs:
-        c = run.composed
-        rows.append({"strategy": run.strategy.name, "messages": len(run.plan.messages),
-                     "comm_ms": sum(m.median for m in run.message_times) / 1e3,
-                     "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3, "p95_ms": c.p95 / 1e3,
-                     "error_pct": run.error_pct, "error_se_pct": run.error_se_pct, "spread_pct": spread_pct(c), "ips": r.batch / (c.median * 1e-6),
-                     "ips_total": r.world_size * r.batch / (c.median * 1e-6)})
-    return rows
+# The first screen: where the time goes, the model's error with its noise, what to try next.
+FIRST_SCREEN_WIDTH = 100
+INSIDE_PHASES = (("io (wait)", "io_wait"), ("h2d", "h2d"), ("forward", "forward"), ("backward", "backward"),
+                 ("comm (exposed)", "comm_exposed"), ("update", "update"))
+WHERE_COLUMNS = [Column("phase", "phase"), Column("ms", "ms", fmt_float(2)), Column("share", "share", "{:.1f} %")]
+MODEL_COLUMNS = [Column("strategy", "strategy"), Column("measured (ms)", "measured_ms", fmt_float(2)),
+                 Column("model (ms)", "predicted_ms", fmt_float(2)), Column("error", "error_pct", "{:+.1f} %"),
+                 Column("± se", "error_se_pct", "{:.1f} %"), Column("img/s total", "ips_total", fmt_float(1))]
 
 
-def table(results: list[IterationResult]) -> tuple[list[Column], list[dict[str, Any]]]:
-    """The strategy table (gdlbench.Compare's hook)."""
-    return STRATEGY_COLUMNS, [row for r in results for row in strategy_rows(r)]
+def _say(text: str) -> None:
+    """A paragraph, wrapped to the first screen's width."""
+    import textwrap
+
+    print(textwrap.fill(text, FIRST_SCREEN_WIDTH, subsequent_indent="  "))
+
+
+def where_the_time_goes(r: IterationResult) -> tuple[str, list[dict[str, Any]]]:
+    """(the fastest strategy, each phase's median inside its composed iteration with its share)."""
+    fastest = min(r.runs, key=lambda run: run.composed.median)
+    parts = {label: fastest.inside[key].median for label, key in INSIDE_PHASES if key in fastest.inside}
+    if "io" not in r.phases:
+        parts.pop("io (wait)", None)
+    if r.world_size == 1:
+        parts.pop("comm (exposed)", None)  # 1-rank all-reduces: nothing crosses a link
+    total = sum(parts.values()) or 1.0
+    return fastest.strategy.name, [{"phase": k, "ms": v / 1e3, "share": 100 * v / total} for k, v in parts.items()]
+
+
+def next_step(r: IterationResult, rows: list[dict[str, Any]], net: str) -> str:
+    """One line on what to try next, from what takes the most time."""
+    share = {row["phase"]: row["share"] for row in rows}
+    compute = share.get("forward", 0.0) + share.get("backward", 0.0)
+    if r.world_size == 1:
+        return (f"next: mpiexec -n 2 gdlbench iteration --net {net} compares the strategies with communication; "
+                "--full prints every table, --json FILE keeps all of it")
+    if share.get("comm (exposed)", 0.0) >= 20:
+        return (f"next: exposed communication is {share['comm (exposed)']:.0f} % of the iteration: try wfbp-fusion, "
+                "or price a faster link with gdlbench predict --link-scale 2; --full prints every table")
+    if share.get("io (wait)", 0.0) >= 20:
+        return (f"next: waiting for data is {share['io (wait)']:.0f} % of the iteration: a prefetching strategy "
+                "or more --threads for I/O; --full prints every table")
+    return (f"next: compute is {compute:.0f} % of the iteration: a GPU (--device cuda) or a larger --batch moves "
+            "it most; gdlbench study predicts the strategies at scale; --full prints every table")
+
+
+def print_first_screen(r: IterationResult, it: Iteration, chosen: bool) -> None:
+    """Where the time goes, the model against the measured iteration with its noise, and one
+    line on what to try next, in FIRST_SCREEN_WIDTH columns (print_result: every table)."""
+    rounds = len(r.runs[0].composed.samples_us)
+    workers = f"{r.world_size} worker{'s' if r.world_size > 1 else ''}"
+    _say(f"gdlbench iteration: {r.net}, batch {r.batch} per worker, {workers}, {r.device}, {r.threads} compute "
+         f"threads per rank; medians of {rounds} rounds")
+    fastest, rows = where_the_time_goes(r)
+    t_ms = min(run.composed.median for run in r.runs) / 1e3
+    print(f"\nwhere the time goes: one {fastest} iteration, {t_ms:.1f} ms")
+    print_table("", WHERE_COLUMNS, rows, context="")
+    _say("slowest layers (forward + backward): " + ", ".join(
+        f"{la['layer']} ({la['type']}) {la['share_pct']:.1f} %" for la in r.top_layers(3)))
+    print("\nthe model (from each phase alone) against the composed iteration")
+    print_table("", MODEL_COLUMNS, r.strategy_rows(), context="")
+    worst = max(r.runs, key=lambda run: abs(run.error_pct) / max(run.error_se_pct, 1e-9))
+    noise = ("within 2 se: noise, not the model" if abs(worst.error_pct) <= 2 * worst.error_se_pct
+             else "beyond 2 se: the model misses something here (--full: each phase alone vs inside)")
+    _say(f"model error {worst.error_pct:+.1f} % ± {worst.error_se_pct:.1f} % (1 se, {worst.strategy.name}): {noise}")
+    if r.world_size == 1 and not chosen:
+        _say("one worker: strategies (how gradients are sent, what overlaps) differ only with several workers, "
+             f"so only {ONE_WORKER} was measured (--strategy all or --full to compare them here)")
+    _say(next_step(r, rows, it.net.origin if it.net.origin != "<dict>" else r.net))
 
 
 def print_result(r: IterationResult, it: Iteration) -> None:
@@ -117,10 +177,10 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                         "phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
-    rows = strategy_rows(r)
+    rows = r.strategy_rows()
     notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
     print_table("composed iteration per strategy: the model (from the phases above) against the real run",
-                STRATEGY_COLUMNS, rows,
+                IterationResult.STRATEGY_COLUMNS, rows,
                 caption=f"error = (predicted - measured) / measured; se: the error's standard error from "
                         "the rounds' spread (what a perfect model would show here at one sigma; an error within "
                         "about 2 se is noise, not the model); spread: the composed run's interquartile "
@@ -173,51 +233,70 @@ def print_result(r: IterationResult, it: Iteration) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    get_strategies(args.strategy)  # bad names fail before any work
-    outputs = {opt: OutputFile(path, opt) for opt, path in (("--json", args.json), ("--csv", args.csv),
-               ("--plot", args.plot), ("--plot-timeline", args.plot_timeline),
-               ("--trace", args.trace)) if path}
+    world = env.world().Get_size()
+    strategy = args.strategy or (ONE_WORKER if world == 1 and not args.full else DEFAULT_STRATEGIES)
+    get_strategies(strategy)  # bad names fail before any work
+    files = outputs(args)
+    extra = {opt: OutputFile(path, opt) for opt, path in (("--plot", args.plot), ("--plot-timeline", args.plot_timeline),
+                                                           ("--trace", args.trace)) if path}
     if args.plot or args.plot_timeline:
         from ..plots import require_matplotlib
 
         require_matplotlib()
     if args.batch is not None and args.batch < 1:
         raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    for opt, v in (("--target-se", args.target_se), ("--max-seconds", args.max_seconds)):
+        if not (v >= 0 and math.isfinite(v)):
+            raise UsageError(f"{opt} must be a number >= 0 (0: off), got {v}")
     root = env.rank() == 0
-    it = Iteration(args.net, args.batch, args.device, args.strategy, iters=args.iters, warmup=args.warmup,
+    it = Iteration(args.net, args.batch, args.device, strategy, iters=args.iters, warmup=args.warmup,
                    threads=args.threads, io=args.io, io_dir=args.io_dir, progress=_progress(root),
-                   timeout=args.timeout)
+                   timeout=args.timeout, target_se_pct=args.target_se or None, min_rounds=MIN_ROUNDS,
+                   budget_s=args.max_seconds or None)
     result = it.measure()
     if not root:
         return 0
-    print_result(result, it)
+    if args.full:
+        print_result(result, it)
+    else:
+        print_first_screen(result, it, chosen=args.strategy is not None)
+    files.write(_report(result, vars(args) | {"strategy": strategy}))
+    _write_extras(result, extra)
+    return 0
+
+
+def _report(result: IterationResult, args: dict[str, Any]) -> Report:
+    """The JSON document: every row, and the model's predictions and the measured timelines."""
     layer_names = [la["name"] for la in result.layers]
-    report = Compare([result], args=vars(args) | {"net": result.net, "batch": result.batch, "device": result.device},
-                     timing={"clock": "steady-clock" if result.device == "cpu" else
-                             "cuda-events (phases), steady-clock (messages, composed iteration)",
-                             "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
-                                       "exposed comm + update", "rank_reduction": "max"}
-                     | ({"conv_algorithms": result.conv_algorithms} if result.conv_algorithms else {}),
-                     summary=result.summary | {"strategies": {run.strategy.name: run.strategy.to_dict() for run in result.runs},
-                                              "top_layers": result.top_layers(),
-                                              "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True)
-                                                              for run in result.runs},
-                                              "measured_timelines": {
-                                                  run.strategy.name: vars(run.measured_timeline(layer_names))
-                                                  for run in result.runs}}).report()
-    report.write(outputs.get("--json"), outputs.get("--csv"))
-    if args.trace:
-        outputs["--trace"].write(json.dumps(result.chrome_trace()))
-    if args.plot:
+    runs = result.runs
+    return Compare([result], args=args | {"net": result.net, "batch": result.batch, "device": result.device},
+                   timing={"clock": "steady-clock" if result.device == "cpu" else
+                           "cuda-events (phases), steady-clock (messages, composed iteration)",
+                           "region": "phases: each alone; iteration: io wait + h2d + forward + backward + "
+                                     "exposed comm + update", "rank_reduction": "max"}
+                   | ({"conv_algorithms": result.conv_algorithms} if result.conv_algorithms else {}),
+                   summary=result.summary | {
+                       "rounds": len(runs[0].composed.samples_us),
+                       "strategies": {run.strategy.name: run.strategy.to_dict() for run in runs},
+                       "top_layers": result.top_layers(),
+                       "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True) for run in runs},
+                       "measured_timelines": {run.strategy.name: vars(run.measured_timeline(layer_names))
+                                              for run in runs}}).report()
+
+
+def _write_extras(result: IterationResult, extra: dict[str, OutputFile]) -> None:
+    """--trace, --plot and --plot-timeline."""
+    if "--trace" in extra:
+        extra["--trace"].write(json.dumps(result.chrome_trace()))
+    if "--plot" in extra:
         from ..plots import plot_breakdown
 
-        plot_breakdown([run.prediction for run in result.runs], outputs["--plot"].path,
+        plot_breakdown([run.prediction for run in result.runs], extra["--plot"].path,
                        title=f"{result.net}, batch {result.batch}, {result.world_size} worker(s): predicted phases")
-    if args.plot_timeline:
+    if "--plot-timeline" in extra:
         from ..plots import plot_timeline
 
         wfbp = [run for run in result.runs if run.strategy.overlap == "wfbp"]
         run_ = (wfbp or result.runs)[-1]
-        plot_timeline(run_.measured_timeline(layer_names), outputs["--plot-timeline"].path,
+        plot_timeline(run_.measured_timeline([la["name"] for la in result.layers]), extra["--plot-timeline"].path,
                       title=f"{result.net} measured, {run_.strategy.name}, {result.world_size} worker(s)")
-    return 0

@@ -7,17 +7,10 @@ import json
 from typing import Any
 
 from .. import env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
 from ..errors import UsageError
 from ..layers import BUILTIN, PASSES, layer, resolve
-from ..report import Column, OutputFile, fmt_float
-
-COLUMNS = [
-    Column("layer", "layer"), Column("type", "type"), Column("batch", "batch"), Column("phase", "phase"),
-    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-    Column("cv", "time_cv", fmt_float(3)), Column("input GB/s", "input_gbs", fmt_float(2)),
-]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,8 +35,7 @@ def run(args: argparse.Namespace) -> int:
     resolve(which)  # bad names fail before any file is checked
     if args.batch < 1:
         raise UsageError(f"--batch must be >= 1, got {args.batch}")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     device, why = env.resolve_device(args.device)
     results = layer(which, args.batch, device, args.passes, iters=args.iters, warmup=args.warmup,
                     threads=args.threads)
@@ -52,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
     caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} after {args.warmup} warm-up; "
                "bwd = bwd-filter + bwd-data; input GB/s = input activation bytes / time")
     Compare(results, title=f"gdlbench layer (batch {args.batch}, fp32)", caption=caption,
-            args=vars(args) | {"device": device}).emit(json_out, csv_out)
+            args=vars(args) | {"device": device}).emit(files)
     return 0

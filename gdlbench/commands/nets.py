@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import env
+from ..cli import outputs
 from ..errors import UsageError
 from ..network import Network, builtin_nets, load_network, net_option
-from ..report import Column, OutputFile, Report, fmt_float, print_table
+from ..report import Column, Report, fmt_float, print_table
 
 
 def _shape(v: Sequence[int]) -> str:
@@ -63,8 +64,7 @@ def layer_rows(net: Network) -> list[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     if args.layers and not args.net:
         raise UsageError("--layers needs --net NAME")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     is_root = env.rank() == 0
     if args.net and args.layers:
         net = load_network(args.net)
@@ -85,9 +85,7 @@ def run(args: argparse.Namespace) -> int:
                                             "rank_reduction": "none"}, rows=rows, summary=summary)
     if is_root:
         print_table(title, columns, rows, caption=caption)
-        report.write(json_out, None)
-        if csv_out:
-            csv_out.write(csv_safe(report).to_csv())
+        files.write(report, csv_safe(report))
     return 0
 
 

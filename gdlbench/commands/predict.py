@@ -6,10 +6,8 @@ gdlbench.model's docstring."""
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
 from typing import Any
 
 from rich.markup import escape
@@ -29,24 +27,12 @@ from ..model import (
 from ..network import Network, load_network, net_option
 from ..paths import read_json
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
+from ..scaling import PredictResult, comm_model_from
 from ..strategies import Strategy, get_strategies
-from ..units import BANDWIDTH_FORMS, SIZE_CONVENTION, parse_bandwidth, parse_int_list, parse_size
+from ..units import BANDWIDTH_FORMS, SIZE_CONVENTION, parse_int_list, parse_size
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
 GRAD_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-
-
-def _ms(v: float) -> str:
-    return f"{v / 1e3:.2f}"
-
-
-COLUMNS = [
-    Column("strategy", "strategy"), Column("N", "workers"), Column("t_iter (ms)", "t_iter_us", _ms),
-    Column("comm (ms)", "comm_us", _ms), Column("comm exposed (ms)", "comm_exposed_us", _ms),
-    Column("io exposed (ms)", "io_exposed_us", _ms), Column("msgs", "messages"),
-    Column("images/s", "images_per_s", fmt_float(1)), Column("speedup", "speedup", fmt_float(2)),
-    Column("efficiency", "efficiency", fmt_float(3)),
-]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -113,42 +99,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the rows as CSV")
 
 
-def normalise_algo_or_none(algo: str) -> str | None:
-    try:
-        return normalise_algo(algo)
-    except UsageError:
-        return None
-
-
-def comm_model_from_args(args: argparse.Namespace | SimpleNamespace,
+def comm_model_from_args(args: argparse.Namespace,
                          phases_doc_fit: dict[str, Any] | list[Any] | None = None,
                          load: Callable[[str, str], Any] = read_json) -> CommModel:
-    # With --from, --algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
-    algo = normalise_algo(args.algo) if args.algo and not args.from_file else args.algo
-    if algo and normalise_algo_or_none(algo) == "ps" and not args.from_file:
-        # (with --from, `--algo ps` names the parameter-server fit, whose alpha and beta then price
-        # the ps strategies' push/pull formula)
-        raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
-    direct = [x for x in (args.alpha, args.beta, args.bandwidth, args.gamma) if x is not None]
-    if args.from_file and direct:
-        raise UsageError("give --from FILE or --alpha/--beta (--bandwidth), not both")
-    if args.from_file:
-        return CommModel.from_dict(load(args.from_file, "--from"), args.algo, source=str(args.from_file))
-    if direct:
-        if args.alpha is None:
-            raise UsageError("--alpha (microseconds per step) is needed with --beta/--bandwidth")
-        if (args.beta is None) == (args.bandwidth is None):
-            raise UsageError("give one of --beta (us per byte) or --bandwidth (GB/s)")
-        for name in ("alpha", "beta", "gamma"):
-            v = getattr(args, name)
-            if v is not None and (not math.isfinite(v) or v < 0):
-                raise UsageError(f"--{name} must be a finite number >= 0, got {v}")
-        beta = args.beta if args.beta is not None else 1e6 / (parse_bandwidth(args.bandwidth) * 1e9)
-        return CommModel(algo or "ring", args.alpha, beta, args.gamma or 0.0, source="command line")
-    if phases_doc_fit is not None:
-        return CommModel.from_dict({"summary": {"fit": phases_doc_fit}}, args.algo, source="the phases file's fit")
-    raise UsageError("no communication model: give --alpha US with --beta US_PER_BYTE or --bandwidth GBS, "
-                     "or --from a saved `gdlbench allreduce --json` file")
+    return comm_model_from(algo=args.algo, alpha_us=args.alpha, beta_us_per_byte=args.beta, bandwidth=args.bandwidth,
+                           gamma_us_per_byte=args.gamma, from_file=args.from_file, fit_in_phases=phases_doc_fit,
+                           load=load)
 
 
 # Without --phases, predict measures one serial iteration here: the composed run's communication
@@ -398,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
     # a cluster's table is headed by the shape it prices, not by the topology of this process
     shape = None if not two_level else (f"priced for {two_level.nodes} nodes x {two_level.per_node} workers per node"
                                         if two_level.nodes else f"priced for nodes of {two_level.per_node} workers")
-    print_table(f"gdlbench predict: {net.name}", COLUMNS, rows, caption=caption, context=shape)
+    print_table(f"gdlbench predict: {net.name}", PredictResult.COLUMNS, rows, caption=caption, context=shape)
     console = stdout_console()
     if two_level:
         for level, k in (("intra-node", two_level.intra), ("inter-node", two_level.inter)):

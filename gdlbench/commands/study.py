@@ -6,9 +6,13 @@ report (HTML, Markdown, JSON) to --out DIR. --resume DIR finishes an interrupted
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .. import env
 from ..errors import UsageError
@@ -18,6 +22,7 @@ from ..study import (
     DEFAULT_STRATEGIES,
     DEFAULT_WORKERS,
     INDEX,
+    Commands,
     Config,
     config_from_args,
     fmt_duration,
@@ -59,6 +64,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU compute threads per rank (default: cores / ranks on the node)")
     p.add_argument("--device", help="auto (default), cpu or cuda")
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
+
+
+def _run_argv(argv: list[str]) -> int:
+    """A gdlbench command in this process, parsed by the CLI's own parser (a study's cell)."""
+    from .. import cli
+
+    args = cli.build_parser().parse_args(argv)
+    cli.check_common(args)
+    module = importlib.import_module(f"gdlbench.commands.{cli.COMMANDS[args.command][0]}")
+    return int(module.run(args))
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> argparse.ArgumentParser:
+    from .. import cli
+
+    return cli.build_parser()
+
+
+def _predict_rows(argv: list[str], load: Callable[[str, str], Any]) -> list[dict[str, Any]]:
+    """The rows of `gdlbench predict ARGV` (a study's prediction or what-if)."""
+    from .predict import evaluate
+
+    return evaluate(_parser().parse_args(["predict", *argv]), load=load).rows
+
+
+COMMANDS = Commands(run=_run_argv, predict_rows=_predict_rows)
 
 
 def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Path, Config, bool]:
@@ -111,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         if is_root:
             print(f"gdlbench study: {msg} ({fmt_duration(time.monotonic() - t0)})", file=sys.stderr, flush=True)
 
-    index = run_study(root, cfg, resume, sys.argv[1:] if sys.argv[0].endswith("gdlbench") else ["study"], say)
+    index = run_study(root, cfg, resume, sys.argv[1:] if sys.argv[0].endswith("gdlbench") else ["study"], say,
+                      COMMANDS)
     if is_root:
         print(f"gdlbench study: {root / 'report.html'} (and report.md, {INDEX}, cells/) in "
               f"{fmt_duration(time.monotonic() - t0)}")

@@ -6,19 +6,11 @@ from __future__ import annotations
 import argparse
 
 from .. import env
-from ..cli import common_options
+from ..cli import common_options, outputs
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..report import Column, OutputFile, fmt_float
 from ..units import parse_count
 from ..update import update
-
-COLUMNS = [
-    Column("op", "op"), Column("params", "params"), Column("bytes moved", "bytes_moved"),
-    Column("time (us)", "time_us", fmt_float(1)), Column("min", "time_us_min", fmt_float(1)),
-    Column("p95", "time_us_p95", fmt_float(1)), Column("cv", "time_cv", fmt_float(3)),
-    Column("GB/s", "gbs", fmt_float(2)), Column("vs copy", "vs_copy", fmt_float(3)), Column("#wrong", "wrong"),
-]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,8 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     n = parse_count(args.params, "--params")
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = outputs(args)
     device, why = env.resolve_device(args.device)
     if not (args.lr >= 0 and 0 <= args.momentum < 1 and args.weight_decay >= 0):
         raise UsageError("need --lr >= 0, 0 <= --momentum < 1 and --weight-decay >= 0")
@@ -51,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             timing={"clock": r.update.clock, "region": f"update: {r.update.region}; reference: {r.copy.region}",
                     "rank_reduction": "none (this rank)"},
             summary={"update_gbs": r.update_gbs, "copy_gbs": r.copy_gbs, "ratio": r.ratio,
-                     "convention": "v = momentum*v + (g + wd*w); w -= lr*v (PyTorch)"}).emit(json_out, csv_out)
+                     "convention": "v = momentum*v + (g + wd*w); w -= lr*v (PyTorch)"}).emit(files)
     if not r.passed:
         raise CheckFailed("the SGD update differs from the numpy reference")
     return 0

@@ -4,6 +4,8 @@ training uses. Every conv has a bias and is followed by a ReLU; pools round up (
 
 from __future__ import annotations
 
+from typing import Any
+
 # (name, 1x1, 3x3 reduce, 3x3, 5x5 reduce, 5x5, pool proj): Szegedy et al. 2014, table 1
 _INCEPTION = {
     "3a": (64, 96, 128, 16, 32, 32), "3b": (128, 128, 192, 32, 96, 64),
@@ -14,14 +16,14 @@ _INCEPTION = {
 }
 
 
-def _conv_relu(layers: list, name: str, src: str, out: int, kernel: int, stride: int = 1, pad: int = 0) -> str:
+def _conv_relu(layers: list[dict[str, Any]], name: str, src: str, out: int, kernel: int, stride: int = 1, pad: int = 0) -> str:
     layers.append({"name": name, "type": "conv", "inputs": [src], "out_channels": out, "kernel": kernel,
                    "stride": stride, "pad": pad})
     layers.append({"name": f"{name}/relu", "type": "relu"})
     return f"{name}/relu"
 
 
-def _inception(layers: list, tag: str, src: str) -> str:
+def _inception(layers: list[dict[str, Any]], tag: str, src: str) -> str:
     c1, r3, c3, r5, c5, pp = _INCEPTION[tag]
     p = f"inception_{tag}"
     b1 = _conv_relu(layers, f"{p}/1x1", src, c1, 1)
@@ -36,7 +38,7 @@ def _inception(layers: list, tag: str, src: str) -> str:
     return f"{p}/output"
 
 
-def _aux(layers: list, k: int, src: str) -> None:
+def _aux(layers: list[dict[str, Any]], k: int, src: str) -> None:
     layers.append({"name": f"loss{k}/ave_pool", "type": "avgpool", "inputs": [src], "kernel": 5, "stride": 3,
                    "ceil_mode": True})
     _conv_relu(layers, f"loss{k}/conv", f"loss{k}/ave_pool", 128, 1)
@@ -47,8 +49,8 @@ def _aux(layers: list, k: int, src: str) -> None:
     layers.append({"name": f"loss{k}/loss", "type": "softmax_xent", "loss_weight": 0.3})
 
 
-def spec(aux: bool = False) -> dict:
-    layers: list = []
+def spec(aux: bool = False) -> dict[str, Any]:
+    layers: list[dict[str, Any]] = []
     x = _conv_relu(layers, "conv1/7x7_s2", "data", 64, 7, stride=2, pad=3)
     layers.append({"name": "pool1/3x3_s2", "type": "maxpool", "inputs": [x], "kernel": 3, "stride": 2, "ceil_mode": True})
     layers.append({"name": "pool1/norm1", "type": "lrn", "size": 5, "alpha": 1e-4, "beta": 0.75})

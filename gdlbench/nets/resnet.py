@@ -4,12 +4,14 @@ Caffe's ResNet a BN is BatchNorm + Scale; here it is one bn layer with 2C parame
 
 from __future__ import annotations
 
+from typing import Any
+
 _DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3), 152: (3, 8, 36, 3)}
 # torchvision's model card: parameters and "GFLOPS" (multiply-adds per 224x224 image)
 _PUBLISHED = {50: (25557032, 4.09e9), 101: (44549160, 7.80e9), 152: (60192808, 11.51e9)}
 
 
-def _conv_bn(layers: list, name: str, src: str, out: int, kernel: int, stride: int = 1, relu: bool = True) -> str:
+def _conv_bn(layers: list[dict[str, Any]], name: str, src: str, out: int, kernel: int, stride: int = 1, relu: bool = True) -> str:
     layers.append({"name": name, "type": "conv", "inputs": [src], "out_channels": out, "kernel": kernel,
                    "stride": stride, "pad": kernel // 2, "bias": False})
     layers.append({"name": name.replace("conv", "bn"), "type": "bn"})
@@ -19,8 +21,8 @@ def _conv_bn(layers: list, name: str, src: str, out: int, kernel: int, stride: i
     return name.replace("conv", "bn")
 
 
-def spec(depth: int = 50) -> dict:
-    layers: list = []
+def spec(depth: int = 50) -> dict[str, Any]:
+    layers: list[dict[str, Any]] = []
     x = _conv_bn(layers, "conv1", "data", 64, 7, stride=2)
     layers.append({"name": "maxpool", "type": "maxpool", "inputs": [x], "kernel": 3, "stride": 2, "pad": 1})
     x = "maxpool"

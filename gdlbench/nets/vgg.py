@@ -3,11 +3,13 @@ without BN: 13 3x3 convs with bias, 5 max pools, three fc layers with dropout.""
 
 from __future__ import annotations
 
+from typing import Any
+
 _CFG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
 
 
-def spec() -> dict:
-    layers: list = []
+def spec() -> dict[str, Any]:
+    layers: list[dict[str, Any]] = []
     block, idx = 1, 1
     for v in _CFG16:
         if v == "M":
