@@ -201,6 +201,10 @@ def topk_encode_time(n: typing.SupportsInt | typing.SupportsIndex, ratio: typing
     """
     Time the top-k encode of n float32 values at ratio r: samples in us (host steady clock).
     """
+def topk_encode_timed_output(n: typing.SupportsInt | typing.SupportsIndex, ratio: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
+    """
+    One encode through the timed loop's code and buffers: (gradient, indices, values), for the check.
+    """
 def topology(comm: typing.Any) -> dict:
     """
     The node layout of comm as the hierarchical all-reduce sees it (collective on first use).
