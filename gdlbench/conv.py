@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Literal, TypedDict
 import numpy as np
 
 from . import env
-from ._native import _core, require_cuda
 from ._fault import corrupt, fault_count
+from ._native import _core, require_cuda
 from .errors import CheckFailed, UsageError
 from .measurement import Measurement, check_timing
 

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import env
-from ._native import _core, require_cuda
 from ._fault import corrupt, fault_count
+from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
