@@ -65,8 +65,8 @@ def test_phases_json_round_trip_into_the_model(tmp_path):
     assert q.returncode == 0, q.stderr
 
 
-def test_allreduced_gradients_on_two_ranks(tmp_path):
-    code = f"""
+GRADIENT_CHECK_CODE = f"""
+import json, os, sys
 import numpy as np, gdlbench
 from gdlbench import _core
 from gdlbench.iteration import plan_messages
@@ -77,17 +77,29 @@ net = load_network({MLP!r})
 ref = _core.Net(net.layer_specs(), 4)  # one iteration alone: the same batch (labels advance per iteration)
 ref.time_iteration([], False, "library", 1, MPI.COMM_SELF, None, False, 0, 1)
 expected = 2 * ref.grads()
+if sys.argv[1] != "0":  # test-only: the executor's gradients read back with K of them wrong
+    os.environ["GDLBENCH_FAULT"] = "grads=" + sys.argv[1]
+wrong = {{}}
 for name, algo, servers in (("serial", "library", 1), ("wfbp", "ring", 1), ("wfbp-fusion", "rd", 1),
-                            ("mxnet", "ps", 2), ("tensorflow", "ps", 1)):
+                            ("mxnet", "ps", 2), ("tensorflow", "ps", 1), ("wfbp", "hier", 1)):
     exe = _core.Net(net.layer_specs(), 4)
     plan = plan_messages(net, get_strategies(name)[0], exe.layer_param_offset)
     exe.time_iteration(plan.messages, name != "serial", algo, servers, MPI.COMM_WORLD, None, False, 0, 1)
     got = exe.grads()
-    assert np.allclose(got, expected, rtol=1e-6, atol=1e-7), (name, np.abs(got - expected).max())
-print("OK")
+    wrong[name + "/" + algo] = int(np.count_nonzero(~np.isclose(got, expected, rtol=1e-6, atol=1e-7)))
+print("WRONG " + json.dumps(wrong))
 """
-    p = run_mpi(2, __import__("sys").executable, "-c", code)
-    assert p.returncode == 0 and p.stdout.count("OK") == 2, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("fault", [0, 2])
+def test_allreduced_gradients_on_two_ranks(fault):
+    """The executor's all-reduced gradients on 2 ranks, every algorithm (hier included), against
+    twice one rank's; with GDLBENCH_FAULT=grads=K the check must count exactly K per rank."""
+    p = run_mpi(2, __import__("sys").executable, "-c", GRADIENT_CHECK_CODE, str(fault))
+    assert p.returncode == 0, p.stdout + p.stderr
+    per_rank = [json.loads(line.split("WRONG ", 1)[1]) for line in p.stdout.splitlines() if "WRONG " in line]
+    names = {"serial/library", "wfbp/ring", "wfbp-fusion/rd", "mxnet/ps", "tensorflow/ps", "wfbp/hier"}
+    assert per_rank == [dict.fromkeys(names, fault)] * 2
 
 
 def test_cli_two_ranks_compares_strategies(tmp_path):
