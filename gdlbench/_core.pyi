@@ -131,6 +131,10 @@ def blas_corename() -> str:
     ...
 def blas_threads() -> int:
     ...
+def collective_arrays(comm: typing.Any, name: str, send: typing.Any, recv: numpy.ndarray, op: str = 'sum', root: typing.SupportsInt | typing.SupportsIndex = 0, dtype: str = '') -> None:
+    """
+    One call of collective `name` on numpy buffers, as the timed loop makes it (send None: in place).
+    """
 def comm_bench(comm: typing.Any, spec: BenchSpec) -> BenchResult:
     """
     Time one MPI collective: per iteration an untimed MPI_Barrier, then the call on the host steady clock; then the exact check.
