@@ -65,8 +65,16 @@ def test_phases_json_round_trip_into_the_model(tmp_path):
     assert phases.batch == 4 and phases.forward_us > 0 and len(phases.layer_forward_us) == 6
     assert "error_pct" in doc["summary"] and "serial" in doc["summary"]["predicted_us"]
     assert doc["summary"]["error_se_pct"]["serial"] >= 0
-    q = run_cli("predict", "--net", MLP, "--phases", str(out), "--workers", "1,2,4", "--alpha", "5", "--beta", "0.0001")
+    pred = tmp_path / "p.json"
+    q = run_cli("predict", "--net", MLP, "--phases", str(out), "--workers", "1,2,4", "--alpha", "5", "--beta", "0.0001",
+                "--strategy", "serial", "--json", str(pred))
     assert q.returncode == 0, q.stderr
+    rows = json.loads(pred.read_text())["rows"]
+    assert [r["workers"] for r in rows] == [1, 2, 4]
+    # one worker sends nothing; more pay the model's all-reduce of the MLP's gradients on top
+    assert rows[0]["comm_us"] == 0 and rows[0]["speedup"] == pytest.approx(1.0)
+    assert rows[1]["comm_us"] > 0 and rows[2]["comm_us"] > rows[1]["comm_us"]
+    assert rows[2]["t_iter_us"] - rows[0]["t_iter_us"] == pytest.approx(rows[2]["comm_exposed_us"], rel=1e-6)
 
 
 GRADIENT_CHECK_CODE = f"""

@@ -297,7 +297,11 @@ def test_cli_layer_json(tmp_path):
     assert [(r["layer"], r["phase"]) for r in rows] == [("alexnet-loss", "fwd"), ("alexnet-loss", "bwd-data"),
                                                        ("resnet50-avgpool", "fwd"), ("resnet50-avgpool", "bwd-data")]
     sp = '{"type": "relu", "in_shapes": [[4, 3, 3]], "out_shape": [4, 3, 3]}'
-    assert run_cli("layer", "--spec", sp, "-b", "2", "-n", "2", "--device", "cpu").returncode == 0
+    out2 = tmp_path / "s.json"
+    p = run_cli("layer", "--spec", sp, "-b", "2", "-n", "2", "--device", "cpu", "--json", str(out2))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out2.read_text())["rows"]
+    assert {r["phase"] for r in rows} >= {"fwd"} and all(len(r["samples_us"]) == 2 and r["time_us"] > 0 for r in rows)
 
 
 @pytest.mark.parametrize("argv, message", [
