@@ -173,6 +173,15 @@ def test_cli_conv_layer_and_net():
     assert "alexnet/conv4" in p.stdout and "TFLOP/s" in p.stdout
     p = run_cli("conv", "--list")
     assert p.returncode == 0 and "resnet50/conv2_3x3" in p.stdout and "googlenet/inception_3a/5x5" in p.stdout
+    from gdlbench import conv_layers
+
+    heads = [line.split(":")[0] for line in p.stdout.splitlines() if line and not line.startswith(" ")]
+    assert heads == list(conv_layers.NETS)
+    p = run_cli("conv", "--net", "alexnet", "--list")  # only the network asked for
+    assert p.returncode == 0, p.stderr
+    heads = [line.split(":")[0] for line in p.stdout.splitlines() if line and not line.startswith(" ")]
+    names = [line.split()[0] for line in p.stdout.splitlines() if line.startswith("  ")]
+    assert heads == ["alexnet"] and names == [lay.name for lay in conv_layers.NETS["alexnet"]]
 
 
 @pytest.mark.parametrize("argv, message", [

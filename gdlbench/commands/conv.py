@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bias", action="store_true", help="add a bias (and time its gradient with bwd-filter)")
     p.add_argument("--layer", help="built-in layer(s), comma-separated, e.g. resnet50/conv2_3x3 (see --list)")
     p.add_argument("--net", choices=sorted(conv_layers.NETS), help="every distinct conv layer of a network")
-    p.add_argument("--list", action="store_true", help="list the built-in layers and exit")
+    p.add_argument("--list", action="store_true", help="list the built-in layers (of --net X only, when given) and exit")
     p.add_argument("--pass", dest="pass_", default="all", choices=["fwd", "bwd-data", "bwd-filter", "all"],
                    help="which pass to time (default all)")
     p.add_argument("--dtype", default="float32", help="cpu: float32; cuda: float32, tf32, float16, bfloat16")
@@ -111,8 +111,11 @@ def shapes_from_args(args: argparse.Namespace) -> list[tuple[str, int, ConvShape
     return [("", 1, sh)]
 
 
-def _list_layers() -> int:
+def _list_layers(only: str | None = None) -> int:
+    """The built-in layers: every network's, or only those of `only` (--net)."""
     for net, layers in conv_layers.NETS.items():
+        if only is not None and net != only:
+            continue
         print(f"{net}: {len(layers)} distinct shapes, {conv_layers.total_count(net)} convolutions")
         for lay in layers:
             print(f"  {lay.name:<36} C={lay.c:<5} H=W={lay.h:<4} K={lay.k:<5} {lay.r}x{lay.s} stride {lay.stride} "
@@ -122,7 +125,7 @@ def _list_layers() -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        return _list_layers()
+        return _list_layers(args.net)
     rows_in = shapes_from_args(args)
     for _name, _count, sh in rows_in:
         sh.validate()
