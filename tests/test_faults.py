@@ -152,3 +152,63 @@ def test_compress_cli_exits_1_when_the_encode_is_wrong(tmp_path):
         del os.environ["GDLBENCH_FAULT"]
     assert p.returncode == 1, p.stdout + p.stderr
     assert [r["wrong"] for r in json.loads(out.read_text())["rows"]] == [2]
+
+
+# ---- the checks' arithmetic, exactly (survivors of scripts/mutate.py) ---------------------------
+
+def test_conv_check_error_is_relative_to_the_convolution_of_the_magnitudes():
+    from gdlbench.conv import TOLERANCE, ConvShape, check_inputs, compare, expected
+
+    sh = ConvShape(2, 3, 6, 6, 4, 3, 3, (1, 1), (1, 1), bias=True)
+    inputs = check_inputs(sh)
+    ref, mag = expected(sh, inputs)
+    tol = TOLERANCE["float32"]
+    near = {k: ref[k] + 0.5 * tol * mag[k] for k in ("y", "dx", "dw", "db")}  # inside the tolerance everywhere
+    chk = compare(sh, near, inputs, "float32")
+    assert chk["wrong"] == 0 and chk["max_rel_error"] == pytest.approx(0.5 * tol, rel=1e-6)
+    for key, pass_ in (("y", "fwd"), ("dx", "bwd-data"), ("dw", "bwd-filter"), ("db", "bwd-filter")):
+        far = {k: v.copy() for k, v in near.items()}
+        far[key].flat[1] = ref[key].flat[1] + 3 * tol * mag[key].flat[1]
+        chk = compare(sh, far, inputs, "float32")
+        assert chk["wrong_per_pass"] == {"fwd": 0, "bwd-data": 0, "bwd-filter": 0} | {pass_: 1}, key
+        assert chk["max_rel_error"] == pytest.approx(3 * tol, rel=1e-6)
+        assert chk["per_pass"][pass_] == pytest.approx(3 * tol, rel=1e-6)
+
+
+def test_gemm_check_error_is_relative_to_the_product_of_the_magnitudes():
+    from gdlbench.gemm import TOLERANCE, check_rows, compare
+
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((9, 5)), rng.standard_normal((5, 7))
+    rows = check_rows(9)
+    ref, scale = a[rows] @ b, np.abs(a[rows]) @ np.abs(b)
+    tol = TOLERANCE["float64"]
+    chk = compare(ref + 0.5 * tol * scale, a, b, rows, False, False, "float64")
+    assert chk["wrong"] == 0 and chk["passed"] and chk["max_rel_error"] == pytest.approx(0.5 * tol, rel=1e-3)
+    bad = ref + 0.5 * tol * scale
+    bad[2, 3] = ref[2, 3] + 3 * tol * scale[2, 3]
+    chk = compare(bad, a, b, rows, False, False, "float64")
+    assert chk["wrong"] == 1 and not chk["passed"] and chk["max_rel_error"] == pytest.approx(3 * tol, rel=1e-3)
+    assert chk["checked_rows"] == 9  # every row of a small C
+
+
+def test_contention_is_priced_from_five_percent_of_backward_beside_messages():
+    from gdlbench.iteration import NO_PROGRESS_SLOWDOWN, contention
+
+    def one(ready):  # one 10 us message posted at `ready`, ending 10 us after a 100 us backward
+        return contention({"backward_end_us": 100.0, "message_ready_us": [ready], "message_end_us": [110.0]},
+                          100.0, [10.0])
+    assert one(96.0) == (1.0, 1.0)  # 4 us beside backward: nothing to price
+    assert one(95.0) == pytest.approx((1.0, NO_PROGRESS_SLOWDOWN))  # 5 us: priced (the message did nothing beside)
+    assert one(94.0) == pytest.approx((1.0, NO_PROGRESS_SLOWDOWN))
+
+
+def test_topk_kept_count_and_wrong_indices():
+    assert [kept_count(n, r) for n, r in ((10, 100.0), (5, 1.0), (3, 1.0), (1000, 10.0), (7, 1.0))] == [1, 2, 1, 50, 3]
+    g = np.array([5.0, -4.0, 3.0, 0.5, 0.25, 0.1], dtype=np.float32)  # ratio 1: k = 3, indices 0, 1, 2
+    vals = g[[0, 1, 2]]
+    assert topk_wrong(g, [0, 1, 2], vals, 1.0) == 0
+    assert topk_wrong(g, [0, 1, 6], vals, 1.0) == 2  # an index past the end: wrongly kept, and 2 dropped
+    assert topk_wrong(g, [-1, 1, 2], vals, 1.0) == 2  # a negative one the same
+    assert topk_wrong(g, [0, 1, 1], g[[0, 1, 1]], 1.0) == 2  # a duplicate: kept twice, and 2 dropped
+    assert topk_wrong(g, [0, 1, 2, 3], g[[0, 1, 2, 3]], 1.0) == 1  # one too many
