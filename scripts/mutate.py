@@ -22,6 +22,9 @@ FAST_MODEL = ["tests/test_model.py", "--deselect",
 # (name, module file, functions to mutate (empty: all), tests that should kill the mutants)
 TARGETS = [
     ("costmodel", "costmodel.py", [], [*FAST_MODEL, "tests/test_public_api.py"]),
+    ("costmodel-2level", "costmodel.py", ["_levels", "_ring2", "_rd2", "_tree2", "_library2", "_hier2", "_ps2"],
+     ["tests/test_multinode.py", "-k", "counts_price or reduces_to_one_level or recovers_both or flat_ring or "
+      "regime_of_what"]),
     ("model", "model.py", ["comm_time_us", "predict_iteration", "schedule_shared", "params_for", "predict_us",
                            "allreduce_us", "push_us", "pull_us"], FAST_MODEL),
     ("contention", "iteration.py", ["contention"], [*FAST_MODEL, "-k", "contention"]),

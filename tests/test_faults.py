@@ -212,3 +212,14 @@ def test_topk_kept_count_and_wrong_indices():
     assert topk_wrong(g, [-1, 1, 2], vals, 1.0) == 2  # a negative one the same
     assert topk_wrong(g, [0, 1, 1], g[[0, 1, 1]], 1.0) == 2  # a duplicate: kept twice, and 2 dropped
     assert topk_wrong(g, [0, 1, 2, 3], g[[0, 1, 2, 3]], 1.0) == 1  # one too many
+
+
+def test_cost_model_tables_and_link_scaling():
+    from gdlbench import costmodel
+
+    assert set(costmodel.ALLREDUCE_ALGOS) == set(C.ALGOS)  # every algorithm the tool runs has a formula
+    assert costmodel.HIER_LEADER_BELOW_BYTES == 65536
+    # bandwidth x 2 divides every beta, latency x 0.5 multiplies every alpha, in every regime
+    alpha, beta, regimes = costmodel.scale_link(2.0, 1e-4, ((0, 3.0, 2e-4), (1024, 4.0, 1e-4)), 2.0, 0.5)
+    assert (alpha, beta) == pytest.approx((1.0, 5e-5))
+    assert [(m, a, b) for m, a, b in regimes] == [(0, 1.5, pytest.approx(1e-4)), (1024, 2.0, pytest.approx(5e-5))]
