@@ -21,13 +21,14 @@ FAST_MODEL = ["tests/test_model.py", "--deselect",
               "tests/test_model.py::test_predict_with_more_servers_than_one_worker_prices_the_single_worker_too"]
 # (name, module file, functions to mutate (empty: all), tests that should kill the mutants)
 TARGETS = [
-    ("costmodel", "costmodel.py", [], [*FAST_MODEL, "tests/test_public_api.py"]),
+    ("costmodel", "costmodel.py", [], [*FAST_MODEL, "tests/test_public_api.py", "tests/test_faults.py"]),
     ("costmodel-2level", "costmodel.py", ["_levels", "_ring2", "_rd2", "_tree2", "_library2", "_hier2", "_ps2"],
      ["tests/test_multinode.py", "-k", "counts_price or reduces_to_one_level or recovers_both or flat_ring or "
       "regime_of_what"]),
     ("model", "model.py", ["comm_time_us", "predict_iteration", "schedule_shared", "params_for", "predict_us",
                            "allreduce_us", "push_us", "pull_us"], FAST_MODEL),
-    ("contention", "iteration.py", ["contention"], [*FAST_MODEL, "-k", "contention"]),
+    ("contention", "iteration.py", ["contention"],
+     [*FAST_MODEL, "tests/test_faults.py", "-k", "contention or five_percent"]),
     ("fit", "collectives.py", ["fit_alpha_beta", "params_for", "predict_us", "rel_errors", "median_rel_error",
                                "link_gbs", "bus_factor"],
      ["tests/test_collectives.py", "tests/test_public_api.py", "-k", "fit or bus"]),
@@ -35,7 +36,7 @@ TARGETS = [
     ("conv-check", "conv.py", ["compare", "expected", "_for_pass"],
      ["tests/test_faults.py", "tests/test_conv.py", "-k", "check or fault or accumulates or cpu"]),
     ("topk-check", "compress.py", ["kept_count", "topk_wrong", "check_topk"],
-     ["tests/test_faults.py", "tests/test_public_api.py", "-k", "topk or compress"]),
+     ["tests/test_faults.py", "tests/test_public_api.py", "-k", "topk or compress or kept"]),
     ("fault", "_fault.py", [], ["tests/test_faults.py"]),
 ]
 
