@@ -90,6 +90,49 @@ void bind_comm(py::module_& m) {
       },
       py::arg("comm"), py::arg("array"), py::arg("op") = "sum", py::arg("algo") = "library", py::arg("servers") = 1,
       py::arg("dtype") = "", "In-place all-reduce of a numpy array over comm with the chosen algorithm.");
+  m.def(
+      "collective_arrays",
+      [](py::object comm, const std::string& name, py::object send, py::array recv, const std::string& op, int root,
+         const std::string& dtype) {
+        // The call the timed loop makes (comm::run_collective), on caller-given buffers: for tests that hold
+        // every collective against an outside reference. count is per rank, as comm::kCollectives has it.
+        GDL_REQUIRE(recv.flags() & py::array::c_style && recv.writeable(), name, ": recv must be C-contiguous and writable");
+        comm::BenchSpec spec;
+        spec.coll = comm::parse_collective(name);
+        spec.dtype = array_dtype(recv, dtype);
+        if (comm::describe(spec.coll).reduces) spec.op = comm::parse_op(op);
+        spec.root = root;
+        MPI_Comm c = get_comm(comm);
+        int n = 1;
+        MPI_Comm_size(c, &n);
+        comm::validate(spec, n);
+        const auto recv_n = static_cast<std::size_t>(recv.size());
+        const void* sp = nullptr;
+        py::array s;
+        if (!send.is_none()) {
+          s = send.cast<py::array>();
+          GDL_REQUIRE(s.flags() & py::array::c_style && s.itemsize() == recv.itemsize(), name,
+                      ": send must be C-contiguous, of recv's element size");
+          sp = s.data();
+        }
+        const std::size_t send_n = sp ? static_cast<std::size_t>(s.size()) : recv_n;
+        const auto un = static_cast<std::size_t>(n);
+        switch (spec.coll) {
+          case comm::Collective::reduce_scatter: spec.count = send_n / un; break;
+          case comm::Collective::allgather: spec.count = recv_n / un; break;
+          default: spec.count = recv_n;
+        }
+        const comm::Layout l = comm::describe(spec.coll).layout(spec.count, n, 0, root, sp == nullptr,
+                                                                comm::InPlaceResult::first_block);
+        GDL_REQUIRE(recv_n == l.recv_n && (sp == nullptr || send_n == l.send_n), name, ": buffers of ", send_n,
+                    " and ", recv_n, " elements do not fit ", n, " ranks (send ", l.send_n, ", recv ", l.recv_n, ")");
+        void* rp = recv.mutable_data();
+        py::gil_scoped_release nogil;
+        comm::run_collective(spec, sp, rp, c);
+      },
+      py::arg("comm"), py::arg("name"), py::arg("send"), py::arg("recv"), py::arg("op") = "sum", py::arg("root") = 0,
+      py::arg("dtype") = "",
+      "One call of collective `name` on numpy buffers, as the timed loop makes it (send None: in place).");
 
   m.def("set_ranks_per_node", &comm::set_ranks_per_node, py::arg("ranks_per_node"),
         "Group ranks into nodes of this many consecutive ranks (0: MPI_Comm_split_type shared memory).");

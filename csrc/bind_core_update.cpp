@@ -74,6 +74,20 @@ void bind_update(py::module_& m) {
       },
       py::arg("n"), py::arg("ratio"), py::arg("warmup"), py::arg("iters"),
       "Time the top-k encode of n float32 values at ratio r: samples in us (host steady clock).");
+  m.def(
+      "topk_encode_timed_output",
+      [](std::size_t n, double ratio) {
+        cpu::TopkTimedOutput out;
+        {
+          py::gil_scoped_release nogil;
+          cpu::time_topk_encode(n, ratio, TimingPlan{0, 1}, &out);
+        }
+        return py::make_tuple(py::array_t<float>(out.g.size(), out.g.data()),
+                              py::array_t<int32_t>(out.indices.size(), out.indices.data()),
+                              py::array_t<float>(out.values.size(), out.values.data()));
+      },
+      py::arg("n"), py::arg("ratio"),
+      "One encode through the timed loop's code and buffers: (gradient, indices, values), for the check.");
 }
 
 }  // namespace gdl::bind

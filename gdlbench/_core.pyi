@@ -131,6 +131,10 @@ def blas_corename() -> str:
     ...
 def blas_threads() -> int:
     ...
+def collective_arrays(comm: typing.Any, name: str, send: typing.Any, recv: numpy.ndarray, op: str = 'sum', root: typing.SupportsInt | typing.SupportsIndex = 0, dtype: str = '') -> None:
+    """
+    One call of collective `name` on numpy buffers, as the timed loop makes it (send None: in place).
+    """
 def comm_bench(comm: typing.Any, spec: BenchSpec) -> BenchResult:
     """
     Time one MPI collective: per iteration an untimed MPI_Barrier, then the call on the host steady clock; then the exact check.
@@ -216,6 +220,10 @@ def topk_encode(g: numpy.ndarray, ratio: typing.SupportsFloat | typing.SupportsI
 def topk_encode_time(n: typing.SupportsInt | typing.SupportsIndex, ratio: typing.SupportsFloat | typing.SupportsIndex, warmup: typing.SupportsInt | typing.SupportsIndex, iters: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
     """
     Time the top-k encode of n float32 values at ratio r: samples in us (host steady clock).
+    """
+def topk_encode_timed_output(n: typing.SupportsInt | typing.SupportsIndex, ratio: typing.SupportsFloat | typing.SupportsIndex) -> tuple[numpy.typing.NDArray[numpy.float32], numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
+    """
+    One encode through the timed loop's code and buffers: (gradient, indices, values), for the check.
     """
 def topology(comm: typing.Any) -> dict:
     """

@@ -7,6 +7,7 @@ skipping."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -68,3 +69,36 @@ def run_cli(*args: str, nranks: int = 0, timeout: float = 180) -> subprocess.Com
     if nranks:
         return run_mpi(nranks, *cli, timeout=timeout)
     return subprocess.run(cli, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=NEUTRAL_CWD)
+
+
+def check_fit(f: dict, max_median_error: float = 1.0) -> None:
+    """A saved alpha-beta fit (AlphaBetaFit.to_dict) holds together: a positive beta (a size sweep
+    that costs nothing per byte is a failed fit), 1/beta as its link, every point's prediction
+    recomputed from the formula and the fitted numbers, each error and the median from 64 KiB
+    recomputed, and that median under max_median_error."""
+    import statistics
+
+    from gdlbench import costmodel
+
+    assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] > 0, f
+    assert math.isclose(f["link_gbs"], 1e-3 / f["beta_us_per_byte"], rel_tol=1e-12)
+    a, b, g = costmodel.coefficients(f["algo"], f["nranks"], f.get("servers"))
+    gamma = f["gamma_us_per_byte"] or 0.0
+    errs = []
+    assert f["points"]
+    for pt in f["points"]:
+        m = pt["size_bytes"]
+        alpha, beta = f["alpha_us"], f["beta_us_per_byte"]
+        for reg in f["regimes"]:
+            if m >= reg["from_bytes"]:
+                alpha, beta = reg["alpha_us"], reg["beta_us_per_byte"]
+        want = a * alpha + m * (b * beta + g * gamma)
+        assert math.isclose(pt["predicted_us"], want, rel_tol=1e-9), (pt, want)
+        assert math.isclose(pt["rel_error"], abs(want - pt["measured_us"]) / pt["measured_us"], rel_tol=1e-9)
+        if m >= 65536:
+            errs.append(pt["rel_error"])
+    if errs:
+        assert math.isclose(f["median_rel_error_64k"], statistics.median(errs), rel_tol=1e-12)
+        assert f["median_rel_error_64k"] < max_median_error, f["median_rel_error_64k"]
+    else:
+        assert f["median_rel_error_64k"] is None

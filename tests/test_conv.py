@@ -186,6 +186,10 @@ def test_cli_conv_layer_and_net():
     p = run_cli("conv", "--net", "alexnet", "--list")
     assert p.returncode == 0 and "alexnet/conv5" in p.stdout and "resnet50" not in p.stdout, p.stdout
     assert p.stdout.startswith("alexnet: 5 distinct shapes, 5 convolutions")
+    from gdlbench import conv_layers
+
+    names = [line.split()[0] for line in p.stdout.splitlines() if line.startswith("  ")]
+    assert names == [lay.name for lay in conv_layers.of_net("alexnet")]  # only the network asked for
 
 
 def test_cli_conv_lists_and_measures_a_users_net():

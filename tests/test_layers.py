@@ -122,15 +122,19 @@ def test_cpu_layer_matches_numpy(sp, batch, xs, params, labels, fn):
 
 
 def test_backward_data_accumulates_and_params_overwrite():
-    """dx += (the caller's zeroing is LayerBench.run's); run twice, the same answer: grads overwritten."""
+    """Backward-data adds onto the input gradient it is given (dx0 + dL/dx); the parameter
+    gradients are overwritten: two runs, from different dx0, give dx0 + the same dL/dx and the
+    numpy reference's dw both times."""
     rng = np.random.default_rng(5)
     sp = spec("fc", [(6,)], (4,), {"out_features": 4}, [(4, 6), (4,)])
     lb = _core.LayerBench(sp, 3)
-    args = ([rand(rng, 3, 6)], rand(rng, 3, 4), [rand(rng, 4, 6), rand(rng, 4)])
-    first = lb.run(*args)
-    second = lb.run(*args)
-    np.testing.assert_array_equal(first[2][0], second[2][0])
-    np.testing.assert_array_equal(first[1][0], second[1][0])
+    x, dy, w, b = rand(rng, 3, 6), rand(rng, 3, 4), rand(rng, 4, 6), rand(rng, 4)
+    _, rdx, rdw = ref.fc(x.astype(np.float64), dy.astype(np.float64), w.astype(np.float64), b.astype(np.float64))
+    for dx0 in (rand(rng, 3, 6), np.full((3, 6), 100.0, np.float32)):
+        _, dxs, dws = lb.run([x], dy, [w, b], [], [dx0])
+        np.testing.assert_allclose(dxs[0].reshape(3, 6), dx0 + rdx[0], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(dws[0].reshape(4, 6), rdw[0], rtol=0, atol=1e-5)  # not summed over runs
+        np.testing.assert_allclose(dws[1], rdw[1], rtol=0, atol=1e-5)
 
 
 # ---- the references' own gradients, by central differences (float64, tiny shapes) -------------------
@@ -293,7 +297,11 @@ def test_cli_layer_json(tmp_path):
     assert [(r["layer"], r["phase"]) for r in rows] == [("alexnet-loss", "fwd"), ("alexnet-loss", "bwd-data"),
                                                        ("resnet50-avgpool", "fwd"), ("resnet50-avgpool", "bwd-data")]
     sp = '{"type": "relu", "in_shapes": [[4, 3, 3]], "out_shape": [4, 3, 3]}'
-    assert run_cli("layer", "--spec", sp, "-b", "2", "-n", "2", "--device", "cpu").returncode == 0
+    out2 = tmp_path / "s.json"
+    p = run_cli("layer", "--spec", sp, "-b", "2", "-n", "2", "--device", "cpu", "--json", str(out2))
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out2.read_text())["rows"]
+    assert {r["phase"] for r in rows} >= {"fwd"} and all(len(r["samples_us"]) == 2 and r["time_us"] > 0 for r in rows)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -10,11 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from helpers import GDLBENCH_CMD, NEUTRAL_CWD, mpi_env, requires_gpu, run_cli, run_mpi
+from helpers import GDLBENCH_CMD, NEUTRAL_CWD, check_fit, mpi_env, requires_gpu, run_cli, run_mpi
 
 from gdlbench import cluster, costmodel
 from gdlbench import collectives as C
 from gdlbench.errors import UsageError
+from gdlbench.network import load_network
 
 
 def _doc(path) -> dict:
@@ -77,6 +78,13 @@ def test_hier_in_an_iteration_strategy(tmp_path):
                 "--warmup", "0", "--ranks-per-node", "1", "--json", str(out), nranks=2, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "hier-wfbp" in p.stdout
+    doc = _doc(out)
+    it = [r for r in doc["rows"] if r["phase"] == "iteration"]
+    assert [r["strategy"] for r in it] == ["hier-wfbp"] and it[0]["time_us"] > 0
+    sent = [r for r in doc["rows"] if r["phase"] == "message" and r["strategy"] == "hier-wfbp"]
+    assert len(sent) == it[0]["messages"] > 0 and all(r["time_us"] > 0 for r in sent)
+    assert sum(r["size_bytes"] for r in sent) == 4 * load_network("alexnet").params  # every gradient, once
+    assert set(doc["summary"]["predicted_us"]) == {"hier-wfbp"}
 
 
 def test_two_level_fit_under_mpiexec(tmp_path):
@@ -93,7 +101,7 @@ def test_two_level_fit_under_mpiexec(tmp_path):
                                ("inter_shared", 2, "library")):
         f = levels[level]
         assert f["ranks"] == ranks and f["wrong"] == 0 and f["algo"] == algo, level
-        assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] >= 0 and f["median_rel_error_64k"] is not None
+        check_fit(f, max_median_error=10.0)  # 4 ranks on 2 cores: the numbers hold together
     check = levels["model_check"]
     assert {p["algo"] for p in check["points"]} == {"library", "ring", "hier"}
     for pt in check["points"]:
@@ -107,7 +115,7 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     c = cluster.load_cluster(out)
     assert c.per_node == 2 and c.nodes == 2 and c.intra_rsag is not None and c.inter_shared is not None
     beta = levels["inter"]["beta_us_per_byte"]
-    assert math.isclose(c.inter.beta_us_per_byte, beta) if beta > 0 else c.inter.gbs == 1e12
+    assert math.isclose(c.inter.beta_us_per_byte, beta)  # check_fit: beta > 0
 
 
 def test_two_level_fit_leaves_out_a_level_with_too_few_sizes(tmp_path):
@@ -252,6 +260,17 @@ def test_predict_on_presets_and_on_a_cluster_file(tmp_path):
     p = run_cli("predict", "--phases", str(ph), "--cluster", str(cf), "--strategy", "wfbp-fusion,cntk",
                 "--json", str(out3), "--algo", "hier")
     assert p.returncode == 0, p.stderr
+    assert "algorithm hier unless the strategy names one" in " ".join(p.stdout.split())
+    hier = _doc(out3)
+    assert hier["summary"]["comm_model"]["algo"] == "hier"
+    assert hier["summary"]["comm_model"]["formula"].startswith("2(G-1) a1 + 2(G-1)/G m b1")
+    out4 = tmp_path / "p4.json"
+    assert run_cli("predict", "--phases", str(ph), "--cluster", str(cf), "--strategy", "wfbp-fusion,cntk",
+                   "--json", str(out4), "--algo", "ring").returncode == 0
+    ring = {(r["strategy"], r["workers"]): r for r in _doc(out4)["rows"]}
+    for r in hier["rows"]:  # the two-level algorithm priced, not the flat ring: it wins across 128 nodes
+        if r["workers"] == 1024:
+            assert r["comm_us"] < 0.7 * ring[r["strategy"], 1024]["comm_us"], (r, ring[r["strategy"], 1024])
     p = run_cli("predict", "--list-links")
     assert p.returncode == 0 and "ib-ndr" in p.stdout and "IEEE 802.3ba" in p.stdout
 

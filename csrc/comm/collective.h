@@ -5,11 +5,13 @@
 // native modules compile it.
 #pragma once
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "comm/types.h"
+#include "common/fault.h"
 #include "common/timer.h"
 
 namespace gdl::comm {
@@ -203,6 +205,10 @@ long long check_exact(const BenchSpec& spec, const Layout& l, int rank, int n, c
     }
     run();
     const char* out = mem.view(recv, l.recv_n * es) + l.out_at * es;
+    // Test-only (common/fault.h): K elements of the result made wrong, so the count below must see them.
+    // view() returns a host buffer the check may write: the receive buffer itself, or its host copy.
+    for (std::size_t j = 0, k = std::min(fault_count("collective"), l.out_n); j < k; ++j)
+      store(const_cast<char*>(out), j, t, d.expected(round, j) + 1000.0);
     wrong += static_cast<long long>(count_wrong(out, l.out_n, t, [&](std::size_t j) { return d.expected(round, j); }));
   }
   return wrong;

@@ -37,12 +37,15 @@ void topk_encode(const float* g, std::size_t n, std::size_t k, float* scratch, i
   }
 }
 
-std::vector<double> time_topk_encode(std::size_t n, double ratio, const TimingPlan& plan) {
+std::vector<double> time_topk_encode(std::size_t n, double ratio, const TimingPlan& plan, TopkTimedOutput* out) {
   const std::size_t k = topk_count(n, ratio);
   std::vector<float> g(n), scratch(n), values(k);
   std::vector<int32_t> indices(k);
   for (std::size_t i = 0; i < n; ++i) g[i] = fill_value(7, i) + 1e-6f * static_cast<float>(i % 1000);
-  return time_steady(plan, [&] { topk_encode(g.data(), n, k, scratch.data(), indices.data(), values.data()); });
+  std::vector<double> samples =
+      time_steady(plan, [&] { topk_encode(g.data(), n, k, scratch.data(), indices.data(), values.data()); });
+  if (out != nullptr) *out = TopkTimedOutput{std::move(g), std::move(values), std::move(indices)};
+  return samples;
 }
 
 }  // namespace gdl::cpu

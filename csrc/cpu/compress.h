@@ -17,7 +17,15 @@ std::size_t topk_count(std::size_t n, double ratio);
 // scratch holds n floats.
 void topk_encode(const float* g, std::size_t n, std::size_t k, float* scratch, int32_t* indices, float* values);
 
+// What the timed loop's buffers hold after it: its gradient and the last encode's output.
+struct TopkTimedOutput {
+  std::vector<float> g, values;
+  std::vector<int32_t> indices;
+};
+
 // Encode a touched gradient of n values at ratio r, one sample per encode (host steady clock).
-std::vector<double> time_topk_encode(std::size_t n, double ratio, const TimingPlan& plan);
+// out: when given, the buffers are copied there after the loop, so a check can read them.
+std::vector<double> time_topk_encode(std::size_t n, double ratio, const TimingPlan& plan,
+                                     TopkTimedOutput* out = nullptr);
 
 }  // namespace gdl::cpu

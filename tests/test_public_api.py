@@ -1,0 +1,228 @@
+"""Every name in gdlbench.__all__, called as a user calls it (one rank, in process): each test
+checks the number or the property the name is for. test_every_public_name_has_a_test keeps the
+list whole: a name added to __all__ without a test here fails it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gdlbench
+from gdlbench import costmodel
+
+TESTS = {}
+
+
+def covers(*names):
+    def register(fn):
+        for n in names:
+            TESTS[n] = fn
+        return fn
+    return register
+
+
+def test_every_public_name_has_a_test():
+    assert set(TESTS) == set(gdlbench.__all__)
+
+
+@covers("gemm", "GemmResult", "Measurement")
+def test_gemm():
+    r = gdlbench.gemm(64, 48, 32, dtype="float64", device="cpu", iters=3, warmup=1)
+    assert isinstance(r, gdlbench.GemmResult) and isinstance(r.measurement, gdlbench.Measurement)
+    assert (r.m, r.n, r.k) == (64, 48, 32) and r.check["wrong"] == 0 and r.check["passed"]
+    assert len(r.measurement.samples_us) == 3
+    assert r.tflops == pytest.approx(2 * 64 * 48 * 32 / (r.measurement.median * 1e6))
+    m = gdlbench.Measurement([3.0, 1.0, 2.0], "steady-clock", "x")
+    assert (m.median, m.min, m.max) == (2.0, 1.0, 3.0)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    b = np.ones((4, 2), dtype=np.float32)
+    assert gdlbench.gemm(a=a, b=b, iters=1, warmup=0).check["wrong"] == 0
+
+
+@covers("conv", "ConvResult", "ConvShape")
+def test_conv():
+    rows = gdlbench.conv(2, 3, 8, 8, 4, 3, 3, pad=1, device="cpu", iters=2, warmup=0)
+    assert [r.pass_ for r in rows] == ["fwd", "bwd-data", "bwd-filter"]
+    assert all(isinstance(r, gdlbench.ConvResult) and r.check["wrong"] == 0 for r in rows)
+    sh = gdlbench.ConvShape(2, 3, 8, 8, 4, 3, 3, (1, 1), (1, 1))
+    assert rows[0].shape == sh and (sh.p, sh.q) == (8, 8)
+
+
+@covers("layer", "LayerResult")
+def test_layer():
+    rows = gdlbench.layer("alexnet-pool1", batch=1, device="cpu", iters=2, warmup=0)
+    assert [r.pass_ for r in rows] == ["fwd", "bwd"]
+    assert all(isinstance(r, gdlbench.LayerResult) and r.measurement.median > 0 and r.batch == 1 for r in rows)
+
+
+@covers("allreduce", "CollectiveResult")
+def test_allreduce():
+    rows = gdlbench.allreduce(["1K", 4096], "int32", "max", iters=2, warmup=0, check=2)
+    assert [(r.size_bytes, r.inplace) for r in rows] == [(1024, False), (1024, True), (4096, False), (4096, True)]
+    assert all(isinstance(r, gdlbench.CollectiveResult) and r.wrong == 0 and r.nranks == 1 for r in rows)
+    assert rows[0].count == 256 and rows[0].to_dict()["op"] == "max"
+
+
+@covers("reduce_scatter")
+def test_reduce_scatter():
+    rows = gdlbench.reduce_scatter([64], "float64", "min", iters=2, warmup=0)
+    assert [(r.collective, r.count, r.wrong) for r in rows] == [("reduce_scatter", 8, 0)] * 2
+
+
+@covers("allgather")
+def test_allgather():
+    rows = gdlbench.allgather([64], "bfloat16", iters=2, warmup=0, inplace=False)
+    assert [(r.collective, r.count, r.inplace, r.wrong) for r in rows] == [("allgather", 32, False, 0)]
+
+
+@covers("broadcast")
+def test_broadcast():
+    rows = gdlbench.broadcast([100], "int32", root=0, iters=2, warmup=0)
+    assert [(r.collective, r.count, r.root, r.wrong) for r in rows] == [("broadcast", 25, 0, 0)]
+    with pytest.raises(gdlbench.UsageError, match="root"):
+        gdlbench.broadcast([100], root=1)
+
+
+@covers("copy", "CopyResult")
+def test_copy():
+    r = gdlbench.copy("64K", "h2d", device="cpu", copies=1, iters=2, warmup=0)
+    assert isinstance(r, gdlbench.CopyResult) and r.size_bytes == 65536 and r.wrong == 0
+    assert r.to_dict()["size_bytes"] == 65536
+
+
+@covers("update", "UpdateResult")
+def test_update():
+    r = gdlbench.update("4K", device="cpu", iters=2, warmup=0)  # counts: K = 1000
+    assert isinstance(r, gdlbench.UpdateResult) and r.params == 4000 and r.check["passed"] and r.check["wrong"] == 0
+
+
+@covers("io", "IoResult")
+def test_io(tmp_path):
+    r = gdlbench.io(2, threads=1, images=4, size=(16, 16), directory=tmp_path, iters=2, warmup=0)
+    assert isinstance(r, gdlbench.IoResult) and r.batch == 2 and r.size == (16, 16) and r.mean_file_bytes > 0
+
+
+@covers("compress", "CompressResult")
+def test_compress():
+    r = gdlbench.compress(10, "20K", iters=2, warmup=0)
+    assert isinstance(r, gdlbench.CompressResult) and r.wrong == 0
+    assert r.values == 20000 and r.kept == 1000  # k = n / (2r)
+    assert r.encode_us_per_byte == pytest.approx(r.measurement.median / (4 * 20000))
+
+
+@covers("Iteration", "IterationResult", "load_network", "Network")
+def test_iteration(tmp_path):
+    net = gdlbench.load_network(str(__import__("pathlib").Path(__file__).parent / "data" / "mlp.json"))
+    assert isinstance(net, gdlbench.Network) and net.params > 0
+    r = gdlbench.Iteration(net, batch=2, device="cpu", strategy="serial", iters=2, warmup=0, io=False).measure()
+    assert isinstance(r, gdlbench.IterationResult) and r.batch == 2 and r.world_size == 1
+    assert [run.strategy.name for run in r.runs] == ["serial"] and r.runs[0].composed.median > 0
+
+
+@covers("predict", "PredictResult", "Phases")
+def test_predict():
+    ph = gdlbench.Phases.synthetic("alexnet", 32)
+    r = gdlbench.predict("alexnet", ph, alpha_us=5, bandwidth_gbs=10, strategy="serial", workers=[1, 8])
+    assert isinstance(r, gdlbench.PredictResult)
+    rows = r.rows()
+    assert [x["workers"] for x in rows] == [1, 8] and rows[0]["speedup"] == pytest.approx(1.0)
+    assert rows[1]["comm_us"] > 0 and rows[1]["t_iter_us"] > rows[0]["t_iter_us"]
+
+
+@covers("Compare")
+def test_compare(tmp_path):
+    g = gdlbench.gemm(32, 32, 32, device="cpu", iters=2, warmup=0)
+    ar = gdlbench.allreduce([64], iters=2, warmup=0)
+    cmp = gdlbench.Compare([g, *ar])
+    cmp.write_dir(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["allreduce.csv", "allreduce.json", "gemm.csv", "gemm.json"]
+    rows = json.loads((tmp_path / "gemm.json").read_text())["rows"]
+    assert rows == [json.loads(json.dumps(g.to_dict()))]
+
+
+@covers("CommModel", "load_comm_model")
+def test_comm_model(tmp_path):
+    cm = gdlbench.CommModel("ring", 2.0, 1e-4)
+    assert cm.predict_us(1000, 4) == pytest.approx(costmodel.time_us("ring", 1000, 4, 2.0, 1e-4))
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps({"summary": {"fit": [{"algo": "tree", "alpha_us": 3, "beta_us_per_byte": 2e-4}]}}))
+    loaded = gdlbench.load_comm_model(path)
+    assert (loaded.algo, loaded.alpha_us, loaded.beta_us_per_byte) == ("tree", 3, 2e-4)
+
+
+@covers("Prediction", "predict_iteration", "predict_scaling", "Strategy", "get_strategies", "PRESETS")
+def test_model_functions():
+    ph = gdlbench.Phases.synthetic("alexnet", 32)
+    cm = gdlbench.CommModel("ring", 5.0, 1e-4)
+    serial, wfbp = gdlbench.get_strategies("serial,wfbp")
+    assert isinstance(serial, gdlbench.Strategy) and set(gdlbench.PRESETS) >= {"serial", "wfbp"}
+    p1 = gdlbench.predict_iteration("alexnet", ph, cm, serial, 1)
+    p8 = gdlbench.predict_iteration("alexnet", ph, cm, serial, 8)
+    assert isinstance(p8, gdlbench.Prediction) and p1.comm_us == 0
+    assert p8.t_iter_us == pytest.approx(p1.t_iter_us + p8.comm_us)  # serial: nothing overlaps the messages
+    assert gdlbench.predict_iteration("alexnet", ph, cm, wfbp, 8).t_iter_us < p8.t_iter_us
+    rows = gdlbench.predict_scaling("alexnet", ph, cm, [serial], [1, 8])
+    assert [r["t_iter_us"] for r in rows] == pytest.approx([p1.t_iter_us, p8.t_iter_us])
+    custom = gdlbench.Strategy("mine", overlap="wfbp", bucket_bytes=1 << 20)
+    assert gdlbench.predict_iteration("alexnet", ph, cm, custom, 8).t_iter_us > 0
+
+
+@covers("AlphaBetaFit", "fit_alpha_beta")
+def test_fit_alpha_beta():
+    sizes = [2**k for k in range(10, 24)]
+    a, b, _ = costmodel.coefficients("ring", 4)
+    times = [a * 3.0 + m * b * 2e-4 for m in sizes]
+    f = gdlbench.fit_alpha_beta(sizes, times, "ring", 4, gamma_us_per_byte=0.0)
+    assert isinstance(f, gdlbench.AlphaBetaFit)
+    assert f.alpha_us == pytest.approx(3.0, rel=1e-6) and f.beta_us_per_byte == pytest.approx(2e-4, rel=1e-6)
+    assert f.link_gbs == pytest.approx(5.0, rel=1e-6)
+
+
+@covers("fit_results")
+def test_fit_results():
+    """Results as a 4-rank sweep returns them (built here: one rank communicates nothing), their
+    times the ring's formula: the fit gives alpha and beta back."""
+    a, b, _ = costmodel.coefficients("ring", 4)
+    sizes = [2**k for k in range(12, 24, 2)]
+    rows = [gdlbench.CollectiveResult("allreduce", m, m // 4, "float32", "sum", "ring", "mpi", True, 4,
+                                      gdlbench.Measurement([a * 3.0 + m * b * 2e-4] * 3, "steady-clock"), wrong=0)
+            for m in sizes]
+    fits = gdlbench.fit_results(rows, gamma_us_per_byte=0.0)
+    assert [f.algo for f in fits] == ["ring"] and fits[0].sizes_bytes == sizes and fits[0].nranks == 4
+    assert fits[0].alpha_us == pytest.approx(3.0, rel=1e-6) and fits[0].beta_us_per_byte == pytest.approx(2e-4, rel=1e-6)
+
+
+@covers("builtin_nets")
+def test_builtin_nets():
+    names = gdlbench.builtin_nets()
+    assert {"alexnet", "googlenet", "resnet50"} <= set(names)
+    assert gdlbench.load_network("resnet50").params == 25_557_032
+
+
+@covers("environment")
+def test_environment():
+    env = gdlbench.environment()
+    assert env["world_size"] == 1 and env["gdlbench"] == gdlbench.__version__
+    assert env["mpi_thread_level"] in ("funneled", "serialized", "multiple", "single")
+
+
+@covers("cuda_status")
+def test_cuda_status():
+    n, why = gdlbench.cuda_status()
+    assert isinstance(n, int) and n >= 0 and isinstance(why, str) and (n > 0 or why)
+
+
+@covers("init_mpi", "MpiInit")
+def test_init_mpi():
+    got = gdlbench.init_mpi()
+    assert isinstance(got, gdlbench.MpiInit) and got.level in ("single", "funneled", "serialized", "multiple")
+    assert gdlbench.init_mpi() == got  # once initialised, the same answer
+
+
+@covers("CheckFailed", "UsageError")
+def test_errors():
+    with pytest.raises(gdlbench.UsageError, match="m must be a positive integer"):
+        gdlbench.gemm(0, 4, 4, device="cpu")
+    assert issubclass(gdlbench.CheckFailed, Exception) and not issubclass(gdlbench.CheckFailed, gdlbench.UsageError)
