@@ -226,3 +226,37 @@ def test_errors():
     with pytest.raises(gdlbench.UsageError, match="m must be a positive integer"):
         gdlbench.gemm(0, 4, 4, device="cpu")
     assert issubclass(gdlbench.CheckFailed, Exception) and not issubclass(gdlbench.CheckFailed, gdlbench.UsageError)
+
+
+@covers("import_trace", "ImportedTrace")
+def test_import_trace(tmp_path):
+    """A hand-made trace of one step, every phase's time known: data 0-10, forward 10-40, backward
+    40-100 (two gradients ready at 70 and 95), idle 100-120, optimizer 120-150 (us)."""
+    import json
+
+    def span(name, ts, dur, cat="cpu_op", tid=1, **args):
+        return {"ph": "X", "name": name, "ts": ts, "dur": dur, "cat": cat, "pid": 1, "tid": tid, "args": args}
+
+    acc = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+    events = [span("ProfilerStep#1", 0, 150, "user_annotation"),
+              span("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 10, "user_annotation"),
+              span("aten::linear", 10, 30),
+              span("autograd::engine::evaluate_function: AddmmBackward0", 40, 20),
+              span(acc, 60, 10), span("torch::autograd::AccumulateGrad", 61, 2, **{"Input Dims": [[8, 4]],
+                                                                                  "Input type": ["float"]}),
+              span(acc, 90, 5), span("torch::autograd::AccumulateGrad", 91, 1, **{"Input Dims": [[8]],
+                                                                                 "Input type": ["c10::BFloat16"]}),
+              span("autograd::engine::evaluate_function: TBackward0", 95, 5),
+              span("Optimizer.step#SGD.step", 120, 30, "user_annotation")]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "distributedInfo": {"world_size": 1, "backend": "gloo"}}))
+    t = gdlbench.import_trace(path, batch=8)
+    assert isinstance(t, gdlbench.ImportedTrace) and (t.batch, t.world_size, t.backend) == (8, 1, "gloo")
+    s = t.steps[0]
+    assert (s.io_us, s.h2d_us, s.forward_us, s.backward_us, s.exposed_comm_us, s.update_us) == (10, 0, 30, 60, 20, 30)
+    assert [(g.shape, g.bytes, g.ready_us) for g in t.gradients] == [((8, 4), 128, 30), ((8,), 16, 55)]
+    net = gdlbench.load_network(t.network_spec())
+    assert [lay.name for lay in net.layers] == ["backward tail", "grad1 8", "grad0 8x4"] and net.params == 40
+    doc = t.phases_doc()
+    assert {r["layer"]: r["time_us"] for r in doc["rows"] if "layer" in r} == {"grad0 8x4": 30, "grad1 8": 25,
+                                                                               "backward tail": 5}
