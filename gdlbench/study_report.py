@@ -126,6 +126,7 @@ def _html_parts(parts: list[Part]) -> str:
     return "".join(out)
 
 
+PHONE_ZOOM = 1.35  # 8 pt at 110 dpi is 12.2 px: x 1.35 = 16.5 px, the body's 16 px or more
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;line-height:1.45;color:#1b1b1b;
  max-width:62rem;margin:0 auto;padding:0.8rem;background:#fff}
@@ -140,8 +141,7 @@ img{max-width:100%;height:auto;display:block;margin:.6rem 0}
 .fig{overflow-x:auto;-webkit-overflow-scrolling:touch}
 details{margin:.4rem 0}summary{cursor:pointer;color:#1a4f8a}
 .box{border:2px solid #1a4f8a;border-radius:6px;padding:.2rem .8rem;margin:1rem 0;background:#f5f9fd}
-nav ol{columns:2}
-@media (max-width:40rem){.cue{display:block}.fig img{max-width:none;width:62rem}nav ol{columns:1}}
+@media (max-width:40rem){.cue{display:block}.fig img{max-width:none;width:var(--w,62rem)}}
 table{border-collapse:collapse;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}
 .l{text-align:left}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
@@ -175,8 +175,14 @@ def render_html(doc: Doc, root: Path) -> str:
             cue = '<p class="cue">&#8596; the table scrolls sideways</p>' if len(b.headers) > 4 else ""
             out.append(f'{cue}<div class="t"><table class="{kind}">{cap}{thead}<tbody>{body}</tbody></table></div>')
         elif isinstance(b, Image):
-            data = base64.b64encode((root / b.file).read_bytes()).decode()
-            out.append(f'<div class="fig"><img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}"></div>')
+            raw = (root / b.file).read_bytes()
+            data = base64.b64encode(raw).decode()
+            # on a phone the chart is drawn PHONE_ZOOM x its pixel width (scrolling sideways), so
+            # that its 8 pt labels (at the figures' 110 dpi) are at least the body's 16 px
+            width = int.from_bytes(raw[16:20], "big") if raw[:8] == b"\x89PNG\r\n\x1a\n" else 0
+            style = f' style="--w:{round(width * PHONE_ZOOM)}px"' if width else ""
+            out.append(f'<p class="cue">&#8596; the chart scrolls sideways</p><div class="fig"><img alt="{html.escape(b.alt)}"{style} '
+                       f'src="data:image/png;base64,{data}"></div>')
         elif isinstance(b, Commands):
             out.append("<pre>" + html.escape("\n".join(b.lines)) + "</pre>")
         elif isinstance(b, Items):
@@ -298,6 +304,19 @@ def build_document(index: Mapping[str, Any]) -> Doc:
                   "measured, the model's error when predicted); why: the phase group where the runner-up loses "
                   "the most, runner-up against winner; PS servers: how many parameter servers the winner (or runner-up) "
                   "is priced with, and whether that is assumed; shares of the winner's iteration"))
+    doc.add(Heading(2, "How to read this report", "how-to-read"))
+    doc.add(Items([["Headline and verdicts (above): the answer. A verdict is a tie when the margin is inside the "
+                    "noise of the measurement (or the model's error, at a scale not measured); the headline lists "
+                    "only the margins well outside it. Then, per net: ",
+                    "the measured iteration against the model (the model is only worth its predictions where it "
+                    "matches what was measured), the measured timeline of one iteration per strategy, the scaling "
+                    "curves (the shaded region is the model alone), and the what-ifs ranked by predicted gain."],
+                   ["Every number comes from ", Code("study.json"), " (in the HTML each number's ",
+                    Code("data-src"), " names its field); the measurements themselves are in ", Code("cells/"),
+                    " in the JSON shape every gdlbench command writes."],
+                   ["Each what-if carries the ", Code("gdlbench predict"),
+                    " command that computes it (folded under its table): run it in the study's directory to get "
+                    "the same number."]]))
     _strategies(doc, an)
     _provenance(doc, index, cfg, env, prov)
     _fit(doc, an)
@@ -340,8 +359,9 @@ def _headline(doc: Doc, an: Mapping[str, Any]) -> None:
     else:
         doc.add(Para(["No robust finding: no verdict wins by more than twice its noise band."]))
     if ties:
-        doc.add(Para([f"Ties (the margin is inside the noise; the tied strategies are equally good here): "
-                      f"{'; '.join(ties)}."]))
+        doc.add(Para(["Ties (the margin is inside the noise: on this evidence the tied strategies are equally "
+                      "good there):"]))
+        doc.add(Items([[t] for t in ties]))
 
 
 def _scope(doc: Doc, an: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
