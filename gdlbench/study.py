@@ -599,7 +599,8 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
         pred = next(r for r in rows if r["strategy"] == s.name and r["workers"] == n_meas)
         meas = measured_us[s.name]
         tl = summary.get("measured_timelines", {}).get(s.name)
-        row = next((r for r in doc["rows"] if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
+        row: dict[str, Any] = next((r for r in doc["rows"]
+                                    if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
         compare.append({"strategy": s.name, "workers": n_meas, "measured_us": meas,
                         **measured_spread(row.get("samples_us") or [meas]),
                         **servers_of(s, n_meas),
@@ -699,7 +700,7 @@ def decide(n: int, n_meas: int, compare: list[dict[str, Any]], at_n: list[dict[s
         t_best = best["measured_us"]
 
         def threshold_pct(c: Mapping[str, Any]) -> float:
-            return 100 * TIE_SE * math.hypot(best["measured_se_us"], c["measured_se_us"]) / t_best
+            return float(100 * TIE_SE * math.hypot(best["measured_se_us"], c["measured_se_us"]) / t_best)
 
         times = [c["measured_us"] for c in ranked]
         source, noise_known = "measured", min(c["measured_rounds"] for c in ranked) > 1

@@ -342,7 +342,8 @@ def _why_text(v: Mapping[str, Any]) -> str:
 
 def _headline(doc: Doc, an: Mapping[str, Any]) -> None:
     doc.add(Heading(2, "Headline", "headline"))
-    robust, ties = [], []
+    robust: list[list[Part]] = []
+    ties: list[str] = []
     for net, na in an["nets"].items():
         for i, v in enumerate(na["verdicts"]):
             p = f"/analysis/nets/{net}/verdicts/{i}"
