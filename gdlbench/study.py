@@ -606,6 +606,8 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
                         **servers_of(s, n_meas),
                         "measured_images_per_s": n_meas * summary["batch"] / (meas * 1e-6),
                         "predicted_us": pred["t_iter_us"], "error_pct": 100 * (pred["t_iter_us"] - meas) / meas,
+                        # what a perfect model would still show at one sigma (gdlbench iteration's error_se_pct)
+                        "error_se_pct": row.get("error_se_pct"),
                         "model_from_messages_us": summary["predicted_us"][s.name],
                         "model_from_messages_error_pct": summary["error_pct"][s.name],
                         "predicted_breakdown_us": breakdown_of(pred),

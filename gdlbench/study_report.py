@@ -144,7 +144,7 @@ details{margin:.4rem 0}summary{cursor:pointer;color:#1a4f8a}
 @media (max-width:40rem){.cue{display:block}.fig img{max-width:none;width:var(--w,62rem)}}
 table{border-collapse:collapse;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}
-.l{text-align:left}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
+.l{text-align:left}td.l{white-space:normal;min-width:7rem}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
 caption{caption-side:bottom;text-align:left;font-size:.8rem;color:#555;padding-top:.3rem}
 code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem;border-radius:3px;overflow-wrap:anywhere}
 pre{background:#f4f4f4;padding:.6rem;overflow-x:auto;font-size:.8rem;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -455,13 +455,15 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
         rows.append([name, _ms(c["measured_us"], f"{p}/measured_us"),
                      Num(c.get("measured_se_us"), f"{p}/measured_se_us", "± {:.1f}", 1e-3, " ms"),
                      _ms(c["predicted_us"], f"{p}/predicted_us"), _pct(c["error_pct"], f"{p}/error_pct"),
+                     Num(c.get("error_se_pct"), f"{p}/error_se_pct", "± {:.1f}", 1.0, " %"),
                      _ms(c["model_from_messages_us"], f"{p}/model_from_messages_us"),
                      _pct(c["model_from_messages_error_pct"], f"{p}/model_from_messages_error_pct"),
                      _ips(c["measured_images_per_s"], f"{p}/measured_images_per_s")])
-    doc.add(Table(["strategy", "measured", "± se", "predicted (fit)", "error", "model (messages measured alone)",
+    doc.add(Table(["strategy", "measured", "± se", "predicted (fit)", "error", "± se", "model (messages measured alone)",
                    "error", "images/s measured"], rows,
                   f"measured: median composed iteration over {na.get('rounds', '?')} rounds, max over ranks; se: the "
-                  "standard error of that median; predicted: `gdlbench predict` from the measured phases and the "
+                  "standard error of that median; error ± se: an error within about twice its se says nothing about "
+                  "the model; predicted: `gdlbench predict` from the measured phases and the "
                   "fit; model: the same phases with each message's time measured alone"))
     doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
     doc.add(Heading(3, "Measured timeline of one iteration per strategy"))
