@@ -541,7 +541,7 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict[str, Any]:
                                                     "servers_assumption": servers_of(s, 0)["servers_assumption"]}
                                                    if s.collective == "ps" else {})}
                            for s in strategies],
-            "scope": scope(root, cfg, fit_summary), "tie_se": TIE_SE, "robust_factor": ROBUST,
+            "scope": scope(root, cfg), "tie_se": TIE_SE, "robust_factor": ROBUST,
             "tie_rule": {"measured": f"margin < {TIE_SE:g} x sqrt(se_winner^2 + se_other^2), se the standard error "
                                      "of each median over the rounds",
                          "predicted": "margin < |error_winner| + |error_other|, the model's errors at the measured "
@@ -549,7 +549,7 @@ def analyse(root: Path, cfg: Config, cells: list[Cell]) -> dict[str, Any]:
                          "robust": f"margin > {ROBUST:g} x that threshold"}}
 
 
-def scope(root: Path, cfg: Config, fit_summary: list[dict[str, Any]] | None) -> dict[str, Any]:
+def scope(root: Path, cfg: Config) -> dict[str, Any]:
     """What was measured and what the predictions assume beyond it."""
     sizes: list[int] = []
     if (root / "cells/allreduce-fit.json").is_file():
@@ -619,10 +619,9 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
         r.update(servers_of(next(s for s in strategies if s.name == r["strategy"]), r["workers"]))
     model_err = {c["strategy"]: abs(c["error_pct"]) for c in compare}
     for n in cfg.scales:
-        v = decide(n, n_meas, compare, [r for r in rows if r["workers"] == n], model_err, summary["batch"])
+        v = decide(n, n_meas, compare, [r for r in rows if r["workers"] == n], model_err)
         verdicts.append(v)
-        best = {"strategy": v["winner"]}
-        winner = next(s for s in strategies if s.name == best["strategy"])
+        winner = next(s for s in strategies if s.name == v["winner"])
         whatifs.append(what_ifs(root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
     return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
@@ -646,7 +645,7 @@ def measured_spread(samples: list[float]) -> dict[str, Any]:
     import numpy as np
 
     n = len(samples)
-    q75, q25 = np.percentile(samples, [75, 25]) if n else (0.0, 0.0)
+    q75, q25 = np.percentile(samples, [75, 25])
     se = 0.0 if n < 2 else 1.2533 * (float(q75 - q25) / 1.349) / math.sqrt(n)
     return {"measured_samples_us": [float(x) for x in samples], "measured_rounds": n,
             "measured_min_us": float(min(samples)), "measured_max_us": float(max(samples)), "measured_se_us": se}
@@ -689,7 +688,7 @@ def why(best: Mapping[str, Any], second: Mapping[str, Any] | None, key: str) -> 
 
 
 def decide(n: int, n_meas: int, compare: list[dict[str, Any]], at_n: list[dict[str, Any]],
-           model_err: Mapping[str, float], batch: int) -> dict[str, Any]:
+           model_err: Mapping[str, float]) -> dict[str, Any]:
     """The verdict at n workers. Measured (n = the ranks the study ran): strategy j ties with the
     fastest if t_j - t_best < TIE_SE x sqrt(se_best^2 + se_j^2), se the standard error of each median
     over the rounds. Predicted: the margin's band is the model's |error| at the measured scale of

@@ -253,15 +253,15 @@ def test_tie_rule_on_measured_margins():
     a = _measured("a", [1000.0, 1010.0, 1020.0, 1030.0, 1040.0])  # median 1020, se 8.31 us
     b = _measured("b", [1005.0, 1015.0, 1025.0, 1035.0, 1045.0])  # median 1025: 5 us behind
     c = _measured("c", [1100.0, 1110.0, 1120.0, 1130.0, 1140.0])  # 100 us behind
-    v = decide(2, 2, [c, b, a], [], {"a": 1.0, "b": 1.0, "c": 1.0}, 1)
+    v = decide(2, 2, [c, b, a], [], {"a": 1.0, "b": 1.0, "c": 1.0})
     threshold = 100 * 2 * math.hypot(a["measured_se_us"], b["measured_se_us"]) / 1020.0  # 2.30 %
     assert (v["state"], v["winner"], v["runner_up"], v["tied"]) == ("tie", "a", "b", ["a", "b"])
     assert v["margin_pct"] == pytest.approx(100 * 5 / 1020) and v["margin_band_pct"] == pytest.approx(threshold)
-    v = decide(2, 2, [c, a], [], {}, 1)  # 9.8 % against a threshold of 2.30 %: robust
+    v = decide(2, 2, [c, a], [], {})  # 9.8 % against a threshold of 2.30 %: robust
     assert (v["state"], v["winner"], v["tied"]) == ("robust", "a", [])
     assert v["why"] == {"group": "communication", "winner_us": 670.0, "runner_up_us": 770.0, "difference_us": 100.0}
     one = _measured("one", [1000.0])  # one round: no spread, so no verdict can be called robust or a tie
-    v = decide(2, 2, [one, _measured("two", [1001.0])], [], {}, 1)
+    v = decide(2, 2, [one, _measured("two", [1001.0])], [], {})
     assert (v["state"], v["tied"]) == ("untested", [])
 
 
@@ -275,12 +275,12 @@ def test_tie_rule_on_predicted_margins():
                 "update_us": 50.0}
 
     err = {"a": 1.5, "b": 2.0, "c": 0.5}
-    v = decide(64, 2, [], [row("b", 1030.0), row("a", 1000.0), row("c", 1100.0)], err, 1)
+    v = decide(64, 2, [], [row("b", 1030.0), row("a", 1000.0), row("c", 1100.0)], err)
     assert (v["source"], v["state"], v["winner"], v["tied"]) == ("predicted", "tie", "a", ["a", "b"])
     assert v["margin_band_pct"] == 3.5 and v["margin_pct"] == pytest.approx(3.0)
-    v = decide(64, 2, [], [row("a", 1000.0), row("c", 1100.0)], err, 1)  # 10 % over a band of 2 %
+    v = decide(64, 2, [], [row("a", 1000.0), row("c", 1100.0)], err)  # 10 % over a band of 2 %
     assert (v["state"], v["margin_band_pct"]) == ("robust", 2.0)
-    v = decide(64, 2, [], [row("a", 1000.0), row("c", 1030.0)], err, 1)  # 3 % over 2 %: a winner, not robust
+    v = decide(64, 2, [], [row("a", 1000.0), row("c", 1030.0)], err)  # 3 % over 2 %: a winner, not robust
     assert (v["state"], v["tied"]) == ("winner", [])
 
 
