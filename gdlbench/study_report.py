@@ -144,7 +144,7 @@ details{margin:.4rem 0}summary{cursor:pointer;color:#1a4f8a}
 @media (max-width:40rem){.cue{display:block}.fig img{max-width:none;width:var(--w,62rem)}}
 table{border-collapse:collapse;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}
-.l{text-align:left}td.l{white-space:normal;min-width:7rem}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
+.l{text-align:left}td.w{white-space:normal;min-width:14rem}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
 caption{caption-side:bottom;text-align:left;font-size:.8rem;color:#555;padding-top:.3rem}
 code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem;border-radius:3px;overflow-wrap:anywhere}
 pre{background:#f4f4f4;padding:.6rem;overflow-x:auto;font-size:.8rem;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -165,7 +165,10 @@ def render_html(doc: Doc, root: Path) -> str:
             out.append(f"<p>{_html_parts(b.parts)}</p>")
         elif isinstance(b, Table):
             # numbers right, words left (as the CLI's tables)
-            cls = ["" if any(isinstance(row[i], Num) for row in b.rows) else ' class="l"' for i in range(len(b.headers))]
+            # long words columns (a list of tied strategies, a why) wrap, at a readable width
+            cls = ["" if any(isinstance(row[i], Num) for row in b.rows) else
+                   ' class="l w"' if any(isinstance(row[i], str) and len(row[i]) > 40 for row in b.rows) else
+                   ' class="l"' for i in range(len(b.headers))]
             head = "".join(f"<th{c}>{html.escape(h)}</th>" for c, h in zip(cls, b.headers, strict=True))
             body = "".join("<tr>" + "".join(f"<td{c}>{_html_parts([x])}</td>" for c, x in zip(cls, row, strict=True))
                            + "</tr>" for row in b.rows)
