@@ -167,7 +167,7 @@ def render_html(doc: Doc, root: Path) -> str:
             # numbers right, words left (as the CLI's tables)
             # long words columns (a list of tied strategies, a why) wrap, at a readable width
             cls = ["" if any(isinstance(row[i], Num) for row in b.rows) else
-                   ' class="l w"' if any(isinstance(row[i], str) and len(row[i]) > 40 for row in b.rows) else
+                   ' class="l w"' if max((len(c) for c in (row[i] for row in b.rows) if isinstance(c, str)), default=0) > 40 else
                    ' class="l"' for i in range(len(b.headers))]
             head = "".join(f"<th{c}>{html.escape(h)}</th>" for c, h in zip(cls, b.headers, strict=True))
             body = "".join("<tr>" + "".join(f"<td{c}>{_html_parts([x])}</td>" for c, x in zip(cls, row, strict=True))
