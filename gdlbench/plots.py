@@ -132,22 +132,37 @@ def plot_timelines(items: Sequence[tuple[str, Sequence[Span], float | None]], pa
         raise UsageError("plot_spans: nothing to plot")
     end = max(max([s["end_us"] for s in spans] + [t or 0.0]) for _, spans, t in items)
     scale, unit = _unit(end)
-    lane_sets = [_lanes(spans) for _, spans, _ in items]
+    # a lane under 0.5 % of the longest panel is not drawn (h2d on a CPU: a host copy of a few us)
+    lane_sets = [_lanes(spans, min_us=0.005 * end) for _, spans, _ in items]
     heights = [0.55 * len(lanes) + 0.9 for lanes in lane_sets]
-    fig, axes = plt.subplots(len(items), 1, figsize=(10, sum(heights) + 0.9), dpi=110, sharex=True, squeeze=False,
+    fig, axes = plt.subplots(len(items), 1, figsize=(10, sum(heights) + 0.35 * len(items) + 1.3), dpi=110,
+                             sharex=True, squeeze=False,
                              gridspec_kw={"height_ratios": heights})
     for k, (ax, (panel_title, spans, t_iter_us), lanes) in enumerate(zip(axes[:, 0], items, lane_sets, strict=True)):
         _draw_spans(ax, spans, lanes, scale, unit, end, t_iter_us)
         ax.set_title(f"{title}: {panel_title}" if title and k == 0 else panel_title,
                      fontsize=9 if len(items) > 1 else 10)
-    axes[-1, 0].set_xlabel(f"time from the start of the iteration ({unit})")
-    fig.tight_layout()
+        ax.tick_params(labelbottom=True)  # a time axis on every panel, not only the last
+        ax.set_xlabel(f"time from the start of the iteration ({unit})", fontsize=8)
+    from matplotlib.patches import Patch
+
+    shown = [lane for lane in LANES if any(lane in lanes for lanes in lane_sets)]
+    handles = [Patch(color=PHASE_COLOURS.get(lane, "#7f7f7f"), label=lane) for lane in shown]
+    if any("prefetch" in s["name"] for _, spans, _ in items for s in spans):
+        handles.append(Patch(color="#c7c7c7", label="prefetch read (hidden)"))
+    fig.legend(handles=handles, fontsize=8, loc="upper center", ncol=min(len(handles), 8), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))
     return _save(fig, plt, path)
 
 
-def _lanes(spans: Sequence[Span]) -> list[str]:
-    lanes = [lane for lane in LANES if any(s["lane"] == lane for s in spans)]
-    return lanes + sorted({s["lane"] for s in spans} - set(lanes))
+def _lanes(spans: Sequence[Span], min_us: float = 0.0) -> list[str]:
+    """The lanes with more than min_us of time in them, in LANES order."""
+    total: dict[str, float] = {}
+    for s in spans:
+        total[s["lane"]] = total.get(s["lane"], 0.0) + s["end_us"] - s["start_us"]
+    busy = {lane for lane, t in total.items() if t > min_us}
+    lanes = [lane for lane in LANES if lane in busy]
+    return lanes + sorted(busy - set(lanes))
 
 
 def _draw_spans(ax: Any, spans: Sequence[Span], lanes: list[str], scale: float, unit: str, end: float,
@@ -184,7 +199,8 @@ def plot_scaling(rows: Sequence[Row], path: str | Path, metric: str = "speedup",
 
 
 def plot_scaling_panels(rows: Sequence[Row], path: str | Path, metrics: Sequence[str] = ("throughput", "efficiency"),
-                        measured: Sequence[Row] = (), title: str = "predicted scaling") -> Path:
+                        measured: Sequence[Row] = (), title: str = "predicted scaling",
+                        measured_upto: int | None = None) -> Path:
     """One panel per metric, side by side; `measured` rows ({"strategy", "workers", metric keys})
     drawn as large open markers apart from the predicted lines."""
     plt = require_matplotlib()
@@ -194,6 +210,11 @@ def plot_scaling_panels(rows: Sequence[Row], path: str | Path, metrics: Sequence
                              squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         _draw_scaling(ax, rows, metric, measured)
+        if measured_upto is not None:  # beyond the measured scale: the model alone
+            top = max(r["workers"] for r in rows)
+            if top > measured_upto:
+                ax.axvspan(measured_upto, top * 1.05, color="#1a4f8a", alpha=0.07, linewidth=0,
+                           label=f"predicted only (N > {measured_upto})")
         if len(metrics) > 1:
             ax.set_title(metric, fontsize=9)
     axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -526,8 +526,43 @@ def analyse(root: Path, cfg: Config, cells: list[Cell], runner: Commands) -> dic
             "notes": ["t_iter predicted by `gdlbench predict` from the measured phases and the alpha-beta fit "
                       "(or --link, or the two-level cluster of --cluster or of the fit across nodes); measured: "
                       "median of the composed iteration, max over ranks",
-                      "the measured breakdown bars are one traced iteration (the last timed one), whose length "
-                      "differs from the median by the run's spread"]}
+                      "the measured breakdown bars and timelines are one traced iteration, the median round on "
+                      "rank 0 (each compare row's traced_round), whose length differs from the median over "
+                      "rounds (max over ranks) by the run's spread"],
+            "strategies": [{"name": s.name, "describe": s.describe(), "assumptions": s.assumptions,
+                            "source": s.source, **({"servers": s.servers or "N",
+                                                    "servers_assumption": servers_of(s, 0)["servers_assumption"]}
+                                                   if s.collective == "ps" else {})}
+                           for s in strategies],
+            "scope": scope(root, cfg), "tie_se": TIE_SE, "robust_factor": ROBUST,
+            "tie_rule": {"measured": f"margin < {TIE_SE:g} x sqrt(se_winner^2 + se_other^2), se the standard error "
+                                     "of each median over the rounds",
+                         "predicted": "margin < |error_winner| + |error_other|, the model's errors at the measured "
+                                      "scale",
+                         "robust": f"margin > {ROBUST:g} x that threshold"}}
+
+
+def scope(root: Path, cfg: Config) -> dict[str, Any]:
+    """What was measured and what the predictions assume beyond it."""
+    sizes: list[int] = []
+    if (root / "cells/allreduce-fit.json").is_file():
+        rows = json.loads((root / "cells/allreduce-fit.json").read_text()).get("rows", [])
+        sizes = sorted({int(r["size_bytes"]) for r in rows if isinstance(r.get("size_bytes"), (int, float))})
+    link = (f"given on the command line: {cfg.link} (alpha us : GB/s)" if cfg.link else
+            f"the cluster file {cfg.cluster}" if cfg.cluster else
+            f"the alpha-beta fit of this machine's all-reduce between {cfg.world_size} ranks on {cfg.nodes} node(s)"
+            + (" (shared memory inside one node)" if cfg.nodes == 1 else ""))
+    return {"device": cfg.device, "ranks": cfg.world_size, "nodes": cfg.nodes, "rounds": cfg.iters,
+            "warmup": cfg.warmup, "link": link, "fit_min_bytes": sizes[0] if sizes else None,
+            "fit_max_bytes": sizes[-1] if sizes else None, "measured_workers": cfg.world_size,
+            "largest_predicted_workers": max(cfg.workers),
+            "assumed": [f"every N other than {cfg.world_size} is extrapolated by the model: each worker's phases as "
+                        f"measured here on {cfg.device}, the messages priced by {link}",
+                        "messages larger than the fit's range or over more ranks than measured follow the fit's "
+                        "formula (alpha + size x beta per algorithm step), not a measurement",
+                        f"parameter-server strategies: {PS_SERVERS_ASSUMED}",
+                        "no stragglers, no failures, no contention between jobs; the network's topology is "
+                        "the formula's (a single level unless a cluster is given)"]}
 
 
 def analyse_net(runner: Commands, root: Path, cfg: Config, net_name: str, strategies: list[Strategy],
@@ -556,45 +591,152 @@ def analyse_net(runner: Commands, root: Path, cfg: Config, net_name: str, strate
         pred = next(r for r in rows if r["strategy"] == s.name and r["workers"] == n_meas)
         meas = measured_us[s.name]
         tl = summary.get("measured_timelines", {}).get(s.name)
+        row: dict[str, Any] = next((r for r in doc["rows"]
+                                    if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
         compare.append({"strategy": s.name, "workers": n_meas, "measured_us": meas,
+                        **measured_spread(row.get("samples_us") or [meas]),
+                        **servers_of(s, n_meas),
                         "measured_images_per_s": n_meas * summary["batch"] / (meas * 1e-6),
                         "predicted_us": pred["t_iter_us"], "error_pct": 100 * (pred["t_iter_us"] - meas) / meas,
+                        # what a perfect model would still show at one sigma (gdlbench iteration's error_se_pct)
+                        "error_se_pct": row.get("error_se_pct"),
                         "model_from_messages_us": summary["predicted_us"][s.name],
                         "model_from_messages_error_pct": summary["error_pct"][s.name],
                         "predicted_breakdown_us": breakdown_of(pred),
                         "measured_breakdown_us": measured_breakdown(tl) if tl else None,
+                        "traced_round": traced_round(row.get("samples_us") or [meas], tl),
                         "predict_command": commands[s.name].replace(f"--workers {workers}", f"--workers {n_meas}")})
     verdicts, whatifs = [], []
+    for r in rows:  # the parameter-server rows say how many servers they were priced with
+        r.update(servers_of(next(s for s in strategies if s.name == r["strategy"]), r["workers"]))
+    model_err = {c["strategy"]: abs(c["error_pct"]) for c in compare}
     for n in cfg.scales:
-        at_n = [r for r in rows if r["workers"] == n]
-        measured_here = n == n_meas and compare
-        if measured_here:
-            ranked = sorted(compare, key=lambda c: c["measured_us"])
-            best, second = ranked[0], (ranked[1] if len(ranked) > 1 else None)
-            parts = best["measured_breakdown_us"] or best["predicted_breakdown_us"]
-            t_best, t_second = best["measured_us"], (second["measured_us"] if second else None)
-            source = "measured"
-        else:
-            ranked = sorted(at_n, key=lambda r: r["t_iter_us"])
-            best, second = ranked[0], (ranked[1] if len(ranked) > 1 else None)
-            parts = breakdown_of(best)
-            t_best, t_second = best["t_iter_us"], (second["t_iter_us"] if second else None)
-            source = "predicted"
-        bound, bound_pct = bound_by(parts)
-        total = sum(parts.get(p, 0.0) for g in PHASE_GROUPS.values() for p in g) or 1.0
-        verdicts.append({"workers": n, "source": source, "winner": best["strategy"],
-                         "winner_t_iter_us": t_best,
-                         "winner_images_per_s": n * summary["batch"] / (t_best * 1e-6),
-                         "runner_up": second["strategy"] if second else None,
-                         "margin_pct": 100 * (t_second / t_best - 1) if second else None,
-                         "bound_by": bound, "bound_share_pct": bound_pct,
-                         "comm_exposed_pct": 100 * parts.get("comm", 0.0) / total})
-        winner = next(s for s in strategies if s.name == best["strategy"])
+        v = decide(n, n_meas, compare, [r for r in rows if r["workers"] == n], model_err)
+        verdicts.append(v)
+        winner = next(s for s in strategies if s.name == v["winner"])
         whatifs.append(what_ifs(runner, root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
     return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
             "predict_commands": commands, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
-            "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency")}
+            "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency"),
+            "rounds": cfg.iters}
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise, ties and the reason behind each verdict
+
+TIE_SE = 2.0  # a measured margin under TIE_SE x the combined standard error is a tie
+ROBUST = 2.0  # a margin over ROBUST x the tie threshold (measured) or the band (predicted) is robust
+PS_SERVERS_ASSUMED = ("servers = workers (P = N): assumed, as the strategy leaves P unset; one server per "
+                      "worker, no incast or server contention priced")
+
+
+def measured_spread(samples: list[float]) -> dict[str, Any]:
+    """The spread over rounds of a measured time: its samples, range and the standard error of the
+    median (Measurement.median_se: 1.2533 x IQR/1.349 / sqrt(n); 0 for one round)."""
+    import numpy as np
+
+    n = len(samples)
+    q75, q25 = np.percentile(samples, [75, 25])
+    se = 0.0 if n < 2 else 1.2533 * (float(q75 - q25) / 1.349) / math.sqrt(n)
+    return {"measured_samples_us": [float(x) for x in samples], "measured_rounds": n,
+            "measured_min_us": float(min(samples)), "measured_max_us": float(max(samples)), "measured_se_us": se}
+
+
+def servers_of(s: Strategy, workers: int) -> dict[str, Any]:
+    """How many parameter servers a PS strategy is priced with at `workers`, and on what ground
+    ({} for an all-reduce strategy)."""
+    if s.collective != "ps":
+        return {}
+    if s.servers is None:
+        return {"servers": workers, "servers_assumption": PS_SERVERS_ASSUMED}
+    return {"servers": s.servers, "servers_assumption": f"servers fixed at {s.servers} by the strategy; "
+                                                        "no incast or server contention priced"}
+
+
+def traced_round(samples: list[float], tl: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Which round the timeline shows: the median round (the lower median for an even count, as
+    gdlbench iteration picks it), rank 0's trace of it."""
+    if not tl:
+        return None
+    order = sorted(range(len(samples)), key=samples.__getitem__)
+    k = order[(len(order) - 1) // 2]
+    return {"round": k + 1, "of": len(samples), "rank": 0, "t_iter_us": tl["t_iter_us"],
+            "round_t_iter_us": samples[k], "name": f"the median round (round {k + 1} of {len(samples)}), rank 0"}
+
+
+def group_times(parts: Mapping[str, float]) -> dict[str, float]:
+    return {g: sum(parts.get(p, 0.0) for p in ps) for g, ps in PHASE_GROUPS.items()}
+
+
+def why(best: Mapping[str, Any], second: Mapping[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """The phase group that separates the winner from the runner-up: the largest difference of
+    their breakdowns (`key`), runner-up minus winner."""
+    if second is None or not best.get(key) or not second.get(key):
+        return None
+    a, b = group_times(best[key]), group_times(second[key])
+    g = max(a, key=lambda k: b[k] - a[k])
+    return {"group": g, "winner_us": a[g], "runner_up_us": b[g], "difference_us": b[g] - a[g]}
+
+
+def decide(n: int, n_meas: int, compare: list[dict[str, Any]], at_n: list[dict[str, Any]],
+           model_err: Mapping[str, float]) -> dict[str, Any]:
+    """The verdict at n workers. Measured (n = the ranks the study ran): strategy j ties with the
+    fastest if t_j - t_best < TIE_SE x sqrt(se_best^2 + se_j^2), se the standard error of each median
+    over the rounds. Predicted: the margin's band is the model's |error| at the measured scale of
+    the two strategies, added (a strategy not measured takes the largest); j ties if its margin is
+    inside that band. A margin over ROBUST x the threshold is robust."""
+    worst = max(model_err.values(), default=0.0)
+    if n == n_meas and compare:
+        ranked = sorted(compare, key=lambda c: c["measured_us"])
+        best = ranked[0]
+        t_best = best["measured_us"]
+
+        def threshold_pct(c: Mapping[str, Any]) -> float:
+            return float(100 * TIE_SE * math.hypot(best["measured_se_us"], c["measured_se_us"]) / t_best)
+
+        times = [c["measured_us"] for c in ranked]
+        source, noise_known = "measured", min(c["measured_rounds"] for c in ranked) > 1
+        ips = best["measured_images_per_s"]  # the very figure the comparison table shows
+        parts_key = "measured_breakdown_us"
+    else:
+        ranked = sorted(({**r, "predicted_breakdown_us": breakdown_of(r)} for r in at_n), key=lambda r: r["t_iter_us"])
+        best = ranked[0]
+        t_best = best["t_iter_us"]
+
+        def threshold_pct(c: Mapping[str, Any]) -> float:
+            return model_err.get(best["strategy"], worst) + model_err.get(c["strategy"], worst)
+
+        times = [r["t_iter_us"] for r in ranked]
+        source, noise_known = "predicted", bool(model_err)
+        ips = best["images_per_s"]
+        parts_key = "predicted_breakdown_us"
+    second = ranked[1] if len(ranked) > 1 else None
+    margin = 100 * (times[1] / t_best - 1) if second else None
+    band = threshold_pct(second) if second else None
+    tied = [c["strategy"] for c, t in zip(ranked, times, strict=True)
+            if c is best or (noise_known and 100 * (t / t_best - 1) < threshold_pct(c))]
+    parts = best.get(parts_key) or best.get("predicted_breakdown_us") or breakdown_of(best)
+    bound, bound_pct = bound_by(parts)
+    total = sum(group_times(parts).values()) or 1.0
+    state = ("tie" if len(tied) > 1 else "untested" if not noise_known or second is None else
+             "robust" if margin is not None and band is not None and margin > ROBUST * band else "winner")
+    return {"workers": n, "source": source, "winner": best["strategy"], "winner_t_iter_us": t_best,
+            "winner_images_per_s": ips, "runner_up": second["strategy"] if second else None,
+            "margin_pct": margin, "margin_band_pct": band, "state": state, "tied": tied if len(tied) > 1 else [],
+            "rule": (f"tie: margin < {TIE_SE:g} x the combined standard error of the two medians over "
+                     "the rounds" if source == "measured" else
+                     "tie: margin < the model's |error| at the measured scale of the two strategies, added"),
+            "why": why(best, second, parts_key if second and second.get(parts_key) else "predicted_breakdown_us"),
+            **{f"winner_{k}": v for k, v in servers_of_row(best).items()},
+            **({f"runner_up_{k}": v for k, v in servers_of_row(second).items()} if second else {}),
+            "bound_by": bound, "bound_share_pct": bound_pct,
+            "comm_exposed_pct": 100 * parts.get("comm", 0.0) / total}
+
+
+def servers_of_row(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: r[k] for k in ("servers", "servers_assumption") if k in r}
+
 
 
 def what_ifs(runner: Commands, root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int,

@@ -42,7 +42,13 @@ class Code:
     text: str
 
 
-Part = str | Num | Code
+@dataclass
+class Link:
+    text: str
+    anchor: str  # an id in the same document
+
+
+Part = str | Num | Code | Link
 
 
 @dataclass
@@ -81,7 +87,15 @@ class Items:
     ordered: bool = False
 
 
-Block = Heading | Para | Table | Image | Commands | Items
+@dataclass
+class Details:
+    """Folded away: the summary shows, the lines (commands) open on a click."""
+
+    summary: str
+    lines: list[str]
+
+
+Block = Heading | Para | Table | Image | Commands | Items | Details
 
 
 @dataclass
@@ -105,21 +119,32 @@ def _html_parts(parts: list[Part]) -> str:
                        f"{html.escape(p.text())}</span>")
         elif isinstance(p, Code):
             out.append(f"<code>{html.escape(p.text)}</code>")
+        elif isinstance(p, Link):
+            out.append(f'<a href="#{html.escape(p.anchor)}">{html.escape(p.text)}</a>')
         else:
             out.append(html.escape(p))
     return "".join(out)
 
 
+PHONE_ZOOM = 1.35  # 8 pt at 110 dpi is 12.2 px: x 1.35 = 16.5 px, the body's 16 px or more
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;line-height:1.45;color:#1b1b1b;
  max-width:62rem;margin:0 auto;padding:0.8rem;background:#fff}
 h1{font-size:1.5rem}h2{font-size:1.25rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 h3{font-size:1.08rem;margin-top:1.4rem}
 img{max-width:100%;height:auto;display:block;margin:.6rem 0}
-.t{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:.6rem 0}
+.t{overflow-x:auto;-webkit-overflow-scrolling:touch;margin:.6rem 0;
+ background:linear-gradient(to right,#fff 30%,rgba(255,255,255,0)),linear-gradient(to right,rgba(255,255,255,0),#fff 70%) 100% 0,
+ radial-gradient(farthest-side at 0 50%,rgba(0,0,0,.3),rgba(0,0,0,0)),radial-gradient(farthest-side at 100% 50%,rgba(0,0,0,.3),rgba(0,0,0,0)) 100% 0;
+ background-repeat:no-repeat;background-size:40px 100%,40px 100%,16px 100%,16px 100%;background-attachment:local,local,scroll,scroll}
+.cue{display:none;font-size:.8rem;color:#555;margin:.2rem 0 0}
+.fig{overflow-x:auto;-webkit-overflow-scrolling:touch}
+details{margin:.4rem 0}summary{cursor:pointer;color:#1a4f8a}
+.box{border:2px solid #1a4f8a;border-radius:6px;padding:.2rem .8rem;margin:1rem 0;background:#f5f9fd}
+@media (max-width:40rem){.cue{display:block}.fig img{max-width:none;width:var(--w,62rem)}}
 table{border-collapse:collapse;font-size:.9rem}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}
-.l{text-align:left}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
+.l{text-align:left}td.w{white-space:normal;min-width:14rem}.kv td{white-space:normal;overflow-wrap:anywhere}.kv td:first-child{white-space:nowrap}
 caption{caption-side:bottom;text-align:left;font-size:.8rem;color:#555;padding-top:.3rem}
 code{font-size:.85rem;background:#f4f4f4;padding:0 .2rem;border-radius:3px;overflow-wrap:anywhere}
 pre{background:#f4f4f4;padding:.6rem;overflow-x:auto;font-size:.8rem;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -140,22 +165,35 @@ def render_html(doc: Doc, root: Path) -> str:
             out.append(f"<p>{_html_parts(b.parts)}</p>")
         elif isinstance(b, Table):
             # numbers right, words left (as the CLI's tables)
-            cls = ["" if any(isinstance(row[i], Num) for row in b.rows) else ' class="l"' for i in range(len(b.headers))]
+            # long words columns (a list of tied strategies, a why) wrap, at a readable width
+            cls = ["" if any(isinstance(row[i], Num) for row in b.rows) else
+                   ' class="l w"' if max((len(c) for c in (row[i] for row in b.rows) if isinstance(c, str)), default=0) > 40 else
+                   ' class="l"' for i in range(len(b.headers))]
             head = "".join(f"<th{c}>{html.escape(h)}</th>" for c, h in zip(cls, b.headers, strict=True))
             body = "".join("<tr>" + "".join(f"<td{c}>{_html_parts([x])}</td>" for c, x in zip(cls, row, strict=True))
                            + "</tr>" for row in b.rows)
             cap = f"<caption>{html.escape(b.caption)}</caption>" if b.caption else ""
             thead = f"<thead><tr>{head}</tr></thead>" if any(b.headers) else ""
             kind = "kv" if not any(b.headers) else ""
-            out.append(f'<div class="t"><table class="{kind}">{cap}{thead}<tbody>{body}</tbody></table></div>')
+            cue = '<p class="cue">&#8596; the table scrolls sideways</p>' if len(b.headers) > 4 else ""
+            out.append(f'{cue}<div class="t"><table class="{kind}">{cap}{thead}<tbody>{body}</tbody></table></div>')
         elif isinstance(b, Image):
-            data = base64.b64encode((root / b.file).read_bytes()).decode()
-            out.append(f'<img alt="{html.escape(b.alt)}" src="data:image/png;base64,{data}">')
+            raw = (root / b.file).read_bytes()
+            data = base64.b64encode(raw).decode()
+            # on a phone the chart is drawn PHONE_ZOOM x its pixel width (scrolling sideways), so
+            # that its 8 pt labels (at the figures' 110 dpi) are at least the body's 16 px
+            width = int.from_bytes(raw[16:20], "big") if raw[:8] == b"\x89PNG\r\n\x1a\n" else 0
+            style = f' style="--w:{round(width * PHONE_ZOOM)}px"' if width else ""
+            out.append(f'<p class="cue">&#8596; the chart scrolls sideways</p><div class="fig"><img alt="{html.escape(b.alt)}"{style} '
+                       f'src="data:image/png;base64,{data}"></div>')
         elif isinstance(b, Commands):
             out.append("<pre>" + html.escape("\n".join(b.lines)) + "</pre>")
         elif isinstance(b, Items):
             tag = "ol" if b.ordered else "ul"
             out.append(f"<{tag}>" + "".join(f"<li>{_html_parts(i)}</li>" for i in b.items) + f"</{tag}>")
+        elif isinstance(b, Details):
+            out.append(f"<details><summary>{html.escape(b.summary)}</summary><pre>"
+                       + html.escape("\n".join(b.lines)) + "</pre></details>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -167,6 +205,8 @@ def _md_parts(parts: list[Part], cell: bool = False) -> str:
             out.append(p.text())
         elif isinstance(p, Code):
             out.append(f"`{p.text}`")
+        elif isinstance(p, Link):
+            out.append(f"[{p.text}](#{p.anchor})")
         else:
             out.append(p)
     text = "".join(out)
@@ -177,7 +217,7 @@ def render_markdown(doc: Doc) -> str:
     out = [f"# {doc.title}", ""]
     for b in doc.blocks:
         if isinstance(b, Heading):
-            out += ["#" * b.level + " " + b.text, ""]
+            out += ([f'<a id="{b.anchor}"></a>', ""] if b.anchor else []) + ["#" * b.level + " " + b.text, ""]
         elif isinstance(b, Para):
             out += [_md_parts(b.parts), ""]
         elif isinstance(b, Table):
@@ -191,11 +231,17 @@ def render_markdown(doc: Doc) -> str:
             out += ["```bash", *b.lines, "```", ""]
         elif isinstance(b, Items):
             out += [(f"{i + 1}. " if b.ordered else "- ") + _md_parts(item) for i, item in enumerate(b.items)] + [""]
+        elif isinstance(b, Details):
+            out += ["<details><summary>" + html.escape(b.summary) + "</summary>", "", "```bash", *b.lines, "```", "",
+                    "</details>", ""]
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
 # The study's document
+
+
+_NETS = "/analysis/nets"
 
 
 def _ms(value: float | None, src: str, digits: int = 1) -> Num:
@@ -224,35 +270,57 @@ def build_document(index: Mapping[str, Any]) -> Doc:
                      "the alpha-beta fit of this machine's all-reduce.")
                   + (" Quick mode: batch 1 and few iterations, to check the pipeline, not to quote."
                      if cfg.get("quick") else "")]))
-    # Headline: the verdicts.
+    toc = [("Headline", "headline"), ("What was measured, what is assumed", "scope"), ("Verdicts", "verdicts"),
+           ("How to read this report", "how-to-read"), ("The strategies", "strategies"),
+           ("Machine, versions and how to reproduce", "provenance"), ("Communication fit", "fit"),
+           *((f"{net}", net) for net in cfg["nets"]), ("Notes", "notes")]
+    doc.add(Heading(2, "Contents", "contents"))
+    doc.add(Items([[Link(t, a)] for t, a in toc], ordered=True))
+    _headline(doc, an)
+    _scope(doc, an, cfg)
     doc.add(Heading(2, "Verdicts", "verdicts"))
-    doc.add(Para(["Per net and scale: the strategy that wins (highest images/s) and by how much over the next, the "
-                  "phase group that takes the most time in its iteration (I/O = read + copy; compute = forward + "
-                  "backward; communication = exposed, not hidden behind backward; update), and the share of the "
-                  "iteration that is exposed communication. Rows marked measured come from the composed runs "
-                  "here; the others from the model."]))
+    doc.add(Para(["Per net and scale: the strategy that wins (highest images/s), by how much over the next (the "
+                  "margin, with its noise band), and why: the phase group (I/O = read + copy; compute = forward + "
+                  "backward; communication = exposed, not hidden behind backward; update) where the runner-up "
+                  "loses the most time. Rows marked measured come from the composed runs here: a margin under ",
+                  Num(an.get("tie_se", 2.0), "/analysis/tie_se", "{:g}"),
+                  " x the combined standard error of the two medians over the rounds is a tie. Rows marked "
+                  "predicted come from the model: their band is the model's |error| at the measured scale for "
+                  "the two strategies, added, and a margin inside it is a tie. A margin over twice its threshold "
+                  "is robust. Parameter-server rows say how many servers they were priced with."]))
     rows = []
     for net, na in an["nets"].items():
         for i, v in enumerate(na["verdicts"]):
             p = f"/analysis/nets/{net}/verdicts/{i}"
-            rows.append([net, Num(v["workers"], f"{p}/workers", "{:.0f}"), v["source"], v["winner"],
-                         _ips(v["winner_images_per_s"], f"{p}/winner_images_per_s"),
+            winner = (", ".join(v["tied"]) + " (tied)") if v.get("state") == "tie" else v["winner"]
+            who = "winner" if "winner_servers" in v else "runner_up" if "runner_up_servers" in v else None
+            servers = (_servers_label(v[f"{who}_servers"], v[f"{who}_servers_assumption"]) if who else "-")
+            rows.append([net, Num(v["workers"], f"{p}/workers", "{:.0f}"), v["source"], v.get("state", "winner"),
+                         winner, _ips(v["winner_images_per_s"], f"{p}/winner_images_per_s"),
                          v["runner_up"] or "-", _pct(v["margin_pct"], f"{p}/margin_pct"),
-                         f"{v['bound_by']}", _pct(v["bound_share_pct"], f"{p}/bound_share_pct", signed=False),
+                         Num(v.get("margin_band_pct"), f"{p}/margin_band_pct", "± {:.1f}", 1.0, " %"),
+                         _why_text(v), servers, f"{v['bound_by']}",
                          _pct(v["comm_exposed_pct"], f"{p}/comm_exposed_pct", signed=False)])
-    doc.add(Table(["net", "N", "from", "winner", "images/s", "runner-up", "margin", "bound by", "its share",
-                   "comm exposed"], rows,
-                  "margin: how much longer the runner-up's iteration is; shares of the winner's iteration"))
+    doc.add(Table(["net", "N", "from", "verdict", "winner", "images/s", "runner-up", "margin", "band", "why",
+                   "PS servers", "bound by", "comm exposed"], rows,
+                  "margin: how much longer the runner-up's iteration is; band: the tie threshold (noise when "
+                  "measured, the model's error when predicted); why: the phase group where the runner-up loses "
+                  "the most, runner-up against winner; PS servers: how many parameter servers the winner (or runner-up) "
+                  "is priced with, and whether that is assumed; shares of the winner's iteration"))
     doc.add(Heading(2, "How to read this report", "how-to-read"))
-    doc.add(Items([["Verdicts (above): the answer in one table. Then, per net: ",
+    doc.add(Items([["Headline and verdicts (above): the answer. A verdict is a tie when the margin is inside the "
+                    "noise of the measurement (or the model's error, at a scale not measured); the headline lists "
+                    "only the margins well outside it. Then, per net: ",
                     "the measured iteration against the model (the model is only worth its predictions where it "
                     "matches what was measured), the measured timeline of one iteration per strategy, the scaling "
-                    "curves, and the optimisation directions ranked by predicted gain."],
+                    "curves (the shaded region is the model alone), and the what-ifs ranked by predicted gain."],
                    ["Every number comes from ", Code("study.json"), " (in the HTML each number's ",
                     Code("data-src"), " names its field); the measurements themselves are in ", Code("cells/"),
                     " in the JSON shape every gdlbench command writes."],
-                   ["Each optimisation direction carries the ", Code("gdlbench predict"),
-                    " command that computes it: run it in the study's directory to get the same number."]]))
+                   ["Each what-if carries the ", Code("gdlbench predict"),
+                    " command that computes it (folded under its table): run it in the study's directory to get "
+                    "the same number."]]))
+    _strategies(doc, an)
     _provenance(doc, index, cfg, env, prov)
     _fit(doc, an)
     for net in cfg["nets"]:
@@ -260,6 +328,73 @@ def build_document(index: Mapping[str, Any]) -> Doc:
     doc.add(Heading(2, "Notes", "notes"))
     doc.add(Items([[n] for n in an.get("notes", [])]))
     return doc
+
+
+def _servers_label(servers: int, assumption: str) -> str:
+    """A parameter-server row's server count and its ground, in a few words."""
+    return f"{servers} servers, assumed = workers" if "assumed" in assumption else f"{servers} servers, fixed"
+
+
+def _why_text(v: Mapping[str, Any]) -> str:
+    w = v.get("why")
+    if not w or v.get("runner_up") is None:
+        return "-"
+    return (f"{w['group']}: {w['difference_us'] / 1e3:+.1f} ms ({w['runner_up_us'] / 1e3:.1f} against "
+            f"{w['winner_us'] / 1e3:.1f} ms)")
+
+
+def _headline(doc: Doc, an: Mapping[str, Any]) -> None:
+    doc.add(Heading(2, "Headline", "headline"))
+    robust: list[list[Part]] = []
+    ties: list[str] = []
+    for net, na in an["nets"].items():
+        for i, v in enumerate(na["verdicts"]):
+            p = f"/analysis/nets/{net}/verdicts/{i}"
+            if v.get("state") == "robust":
+                robust.append([f"{net}, N = {v['workers']} ({v['source']}): {v['winner']} beats {v['runner_up']} by ",
+                               _pct(v["margin_pct"], f"{p}/margin_pct"), " (noise band ",
+                               Num(v["margin_band_pct"], f"{p}/margin_band_pct", "± {:.1f}", 1.0, " %"), "); ",
+                               _why_text(v)])
+            elif v.get("state") == "tie":
+                ties.append(f"{net} N = {v['workers']} ({', '.join(v['tied'])})")
+    if robust:
+        doc.add(Para(["Robust findings (a margin more than twice its noise band):"]))
+        doc.add(Items(robust))
+    else:
+        doc.add(Para(["No robust finding: no verdict wins by more than twice its noise band."]))
+    if ties:
+        doc.add(Para(["Ties (the margin is inside the noise: on this evidence the tied strategies are equally "
+                      "good there):"]))
+        doc.add(Items([[t] for t in ties]))
+
+
+def _scope(doc: Doc, an: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+    sc = an.get("scope")
+    if not sc:
+        return
+    doc.add(Heading(2, "What was measured, what is assumed", "scope"))
+    fit = (f"{sc['fit_min_bytes']:,} to {sc['fit_max_bytes']:,} bytes" if sc.get("fit_min_bytes") else "no fit here")
+    rows: list[list[Part]] = [
+        ["measured", f"{sc['device']} on {sc['ranks']} rank(s), {sc['nodes']} node(s); {sc['rounds']} timed rounds "
+                     f"after {sc['warmup']} warm-up; every verdict at N = {sc['measured_workers']} is measured"],
+        ["link", sc["link"]], ["fit range", f"message sizes {fit}"],
+        ["extrapolated", f"every N other than {sc['measured_workers']}, up to {sc['largest_predicted_workers']:,} "
+                         "workers (shaded in the scaling charts)"],
+        *(["assumed", a] for a in sc["assumed"])]
+    doc.add(Table(["", ""], rows, "the predictions are only as good as these assumptions"))
+
+
+def _strategies(doc: Doc, an: Mapping[str, Any]) -> None:
+    if not an.get("strategies"):
+        return
+    doc.add(Heading(2, "The strategies", "strategies"))
+    doc.add(Para(["What each strategy does, as the model prices it, and where its description comes from "
+                  "(gdlbench/strategies.py)."]))
+    items: list[list[Part]] = []
+    for st in an["strategies"]:
+        extra = f" Servers: {st['servers_assumption']}." if "servers_assumption" in st else ""
+        items.append([Code(st["name"]), f": {st['describe']}. {st['assumptions']}{extra} Source: {st['source']}."])
+    doc.add(Items(items))
 
 
 def _provenance(doc: Doc, index: Mapping[str, Any], cfg: Mapping[str, Any], env: Mapping[str, Any],
@@ -312,94 +447,142 @@ def _fit(doc: Doc, an: Mapping[str, Any]) -> None:
 
 
 def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
-    base = f"/analysis/nets/{net}"
+    base = f"{_NETS}/{net}"
     doc.add(Heading(2, f"{net}: batch {na['batch']} per worker", net))
     n = na["measured_workers"]
     doc.add(Heading(3, f"Measured on {n} worker(s) against the model"))
     rows = []
     for i, c in enumerate(na["compare"]):
         p = f"{base}/compare/{i}"
-        rows.append([c["strategy"], _ms(c["measured_us"], f"{p}/measured_us"),
+        name = c["strategy"] + (f" ({_servers_label(c['servers'], c['servers_assumption'])})" if "servers" in c else "")
+        rows.append([name, _ms(c["measured_us"], f"{p}/measured_us"),
+                     Num(c.get("measured_se_us"), f"{p}/measured_se_us", "± {:.1f}", 1e-3, " ms"),
                      _ms(c["predicted_us"], f"{p}/predicted_us"), _pct(c["error_pct"], f"{p}/error_pct"),
+                     Num(c.get("error_se_pct"), f"{p}/error_se_pct", "± {:.1f}", 1.0, " %"),
                      _ms(c["model_from_messages_us"], f"{p}/model_from_messages_us"),
                      _pct(c["model_from_messages_error_pct"], f"{p}/model_from_messages_error_pct"),
                      _ips(c["measured_images_per_s"], f"{p}/measured_images_per_s")])
-    doc.add(Table(["strategy", "measured", "predicted (fit)", "error", "model (messages measured alone)", "error",
-                   "images/s measured"], rows,
-                  "measured: median composed iteration, max over ranks; predicted: `gdlbench predict` from the "
-                  "measured phases and the fit; model: the same phases with each message's time measured alone"))
+    doc.add(Table(["strategy", "measured", "± se", "predicted (fit)", "error", "± se", "model (messages measured alone)",
+                   "error", "images/s measured"], rows,
+                  f"measured: median composed iteration over {na.get('rounds', '?')} rounds, max over ranks; se: the "
+                  "standard error of that median; error ± se: an error within about twice its se says nothing about "
+                  "the model; predicted: `gdlbench predict` from the measured phases and the "
+                  "fit; model: the same phases with each message's time measured alone"))
     doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
     doc.add(Heading(3, "Measured timeline of one iteration per strategy"))
-    doc.add(Para(["Each panel is one composed iteration (the median round) as the executor traced it on rank 0: "
+    traced = next((c["traced_round"] for c in na["compare"] if c.get("traced_round")), None)
+    which = traced["name"] if traced else "the median round, rank 0"
+    doc.add(Para([f"Each panel is one composed iteration, {which}, as the executor traced it: "
                   "I/O wait (the prefetch thread's read of the next batch in grey), copy, forward, each layer's "
                   "backward, each message on the communication thread, the wait for the last messages, the "
-                  "update. Every rank's trace, with the isolated phases as the model composes them: ",
-                  Code(f"cells/trace-{net}.json"), " (Chrome trace format: open it in ui.perfetto.dev or "
-                  "chrome://tracing)."]))
+                  "update (a lane under 0.5 % of the longest iteration, such as the copy on a CPU, is left out). "
+                  "Each panel has its own time axis; the colours are in the legend at the top. "
+                  "Each panel's title gives the strategy's measured median (the table's figure) and the "
+                  "length of this traced round. Every rank's trace, with the isolated phases as the model "
+                  "composes them: ", Code(f"cells/trace-{net}.json"), " (Chrome trace format: open it in "
+                  "ui.perfetto.dev or chrome://tracing)."]))
     doc.add(Image(f"img/timeline-{net}.png", f"{net}: measured timeline per strategy"))
     doc.add(Heading(3, "Scaling"))
     doc.add(Image(f"img/scaling-{net}.png", f"{net}: throughput and efficiency against workers"))
     strategies = list(dict.fromkeys(r["strategy"] for r in na["predictions"]))
     scales = cfg["scales"]
+    measured = {c["strategy"]: i for i, c in enumerate(na["compare"])}
     rows = []
     for s in strategies:
-        row: list[Part] = [s]
+        first = next(r for r in na["predictions"] if r["strategy"] == s)
+        row: list[Part] = [s + (" (servers = workers, assumed)" if "assumed" in first.get("servers_assumption", "")
+                                else " (fixed servers)" if "servers" in first else "")]
         for n_s in scales:
             i = next(k for k, r in enumerate(na["predictions"]) if r["strategy"] == s and r["workers"] == n_s)
             r = na["predictions"][i]
-            row += [_ips(r["images_per_s"], f"{base}/predictions/{i}/images_per_s"),
-                    Num(r["efficiency"], f"{base}/predictions/{i}/efficiency", "{:.2f}")]
+            if n_s == n and s in measured:  # the measured figure, the one the verdicts show
+                j = measured[s]
+                row.append(Num(na["compare"][j]["measured_images_per_s"], f"{base}/compare/{j}/measured_images_per_s",
+                               "{:,.1f}", 1.0, " *"))
+            else:
+                row.append(_ips(r["images_per_s"], f"{base}/predictions/{i}/images_per_s"))
+            row.append(Num(r["efficiency"], f"{base}/predictions/{i}/efficiency", "{:.2f}"))
         rows.append(row)
     doc.add(Table(["strategy"] + [h for n_s in scales for h in (f"img/s N={n_s}", f"eff. N={n_s}")], rows,
-                  "predicted; efficiency = t(1)/t(N) of the same strategy (weak scaling). Stars in the figure: "
-                  "measured here"))
+                  "* measured here (the verdicts' figure); the others predicted; efficiency = t(1)/t(N) of the same "
+                  "strategy as predicted (weak scaling). Stars in the figure: measured; the shaded region of the "
+                  "figure is beyond the measured scale"))
+    _what_ifs(doc, net, na, scales)
+
+
+def _what_ifs(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int]) -> None:
+    base = f"{_NETS}/{net}"
     doc.add(Heading(3, "What would make it faster"))
-    doc.add(Para(["For the winning strategy at each scale, the predicted gain in images/s of each change, ranked; "
-                  "each line's command computes it (run in the study's directory)."]))
-    for k, w in enumerate(na["what_ifs"]):
-        p = f"{base}/what_ifs/{k}"
-        doc.add(Para([f"N = {w['workers']}, {w['strategy']}: now ",
-                      _ips(w["base_images_per_s"], f"{p}/base_images_per_s"), " images/s (",
-                      _ms(w["base_t_iter_us"], f"{p}/base_t_iter_us"), " per iteration; ",
-                      Code(w["base_command"]), ")"]))
-        items: list[list[Part]] = []
-        for j, r in enumerate(w["ranked"]):
-            q = f"{p}/ranked/{j}"
-            items.append([_pct(r["gain_pct"], f"{q}/gain_pct"), f" {r['what']}: ",
-                          _ips(r["images_per_s"], f"{q}/images_per_s"), " images/s. ", Code(r["command"])])
-        doc.add(Items(items, ordered=True))
-        if w.get("bucket_sweep"):
-            doc.add(Table(["bucket"] + [f"{b['bucket_mib']} MiB" for b in w["bucket_sweep"]],
-                          [["images/s", *(_ips(b["images_per_s"], f"{p}/bucket_sweep/{i}/images_per_s")
-                                          for i, b in enumerate(w["bucket_sweep"]))]],
-                          "the bucket sweep behind the fusion line"))
+    doc.add(Para(["For the winning strategy at each scale, the predicted gain in images/s of each change (one "
+                  "row per change, one column per scale; - where the change does not apply). The commands that "
+                  "compute each number are folded away below the table (run them in the study's directory)."]))
+    ws = na["what_ifs"]
+    keys: list[str] = []
+    for w in ws:
+        for r in w["ranked"]:
+            k = r["what"].split(" (")[0]
+            if k not in keys:
+                keys.append(k)
+    rows: list[list[Part]] = [["winner", *(w["strategy"] for w in ws)],
+                              ["now, images/s", *(_ips(w["base_images_per_s"], f"{base}/what_ifs/{k}/base_images_per_s")
+                                                  for k, w in enumerate(ws))]]
+    for key in keys:
+        row: list[Part] = [key]
+        for k, w in enumerate(ws):
+            j = next((j for j, r in enumerate(w["ranked"]) if r["what"].split(" (")[0] == key), None)
+            row.append("-" if j is None else
+                       _pct(w["ranked"][j]["gain_pct"], f"{base}/what_ifs/{k}/ranked/{j}/gain_pct"))
+        rows.append(row)
+    doc.add(Table(["what-if"] + [f"N = {w['workers']}" for w in ws], rows,
+                  "gain in images/s over the winner as it is; the fusion row's bucket size is the best of the sweep"))
+    for w in ws:
+        doc.add(Details(f"N = {w['workers']}: the {len(w['ranked']) + 1} commands ({w['strategy']})",
+                        [f"# now: {w['base_images_per_s']:,.1f} images/s", w["base_command"],
+                         *(line for r in w["ranked"] for line in (f"# {r['what']}: {r['gain_pct']:+.1f} %",
+                                                                   r["command"]))]))
 
 
 # ---------------------------------------------------------------------------------------------
 # Figures and files
 
 
-def draw_figures(root: Path, index: Mapping[str, Any]) -> list[str]:
+def draw_figures(root: Path, index: Mapping[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """The figures, and the numbers each one prints (kept in study.json's report.figures, so a test
+    can check that a chart shows the same figure as the tables)."""
     an = index["analysis"]
     made = []
+    data: dict[str, Any] = {}
     (root / "img").mkdir(exist_ok=True)
     for net, na in an["nets"].items():
         n = na["measured_workers"]
         bars = []
+        fig: dict[str, Any] = {"breakdown": [], "timeline": [], "scaling_measured": []}
         for c in na["compare"]:
             if c["measured_breakdown_us"]:
                 mb = {k: v for k, v in c["measured_breakdown_us"].items() if k in plots.LANES}
-                bars.append((f"{c['strategy']}\nmeasured", mb))
+                bars.append((f"{c['strategy']}\nmeasured\n(traced round)", mb))
+                fig["breakdown"].append({"strategy": c["strategy"], "bar": "traced round",
+                                         "total_us": sum(mb.values())})
             bars.append((f"{c['strategy']}\npredicted\n({c['error_pct']:+.1f} %)", c["predicted_breakdown_us"]))
+            fig["breakdown"].append({"strategy": c["strategy"], "bar": "predicted",
+                                     "total_us": sum(c["predicted_breakdown_us"].values()),
+                                     "error_pct": c["error_pct"]})
         if bars:
             plots.plot_breakdown(bars, root / f"img/breakdown-{net}.png",
-                                 title=f"{net}, batch {na['batch']}, N = {n}: measured (one traced iteration) "
-                                       "and predicted (error of the median)")
+                                 title=f"{net}, batch {na['batch']}, N = {n}: measured (the traced median round) "
+                                       "and predicted (error against the median)")
         doc = json.loads((root / na["phases_file"]).read_text())
         tls = doc["summary"].get("measured_timelines", {})
-        items = [(f"{s}: measured, t_iter {tl['t_iter_us'] / 1e3:.1f} ms, comm exposed "
-                  f"{max(0.0, tl['comm_exposed_us']) / 1e3:.1f} ms", tl["timeline"], tl["t_iter_us"])
-                 for s, tl in tls.items() if tl["timeline"]]
+        items = []
+        for c in na["compare"]:
+            tl = tls.get(c["strategy"])
+            if not tl or not tl["timeline"]:
+                continue
+            items.append((f"{c['strategy']}: measured median {c['measured_us'] / 1e3:.1f} ms; this trace "
+                          f"(round {c['traced_round']['round']}, rank 0) {tl['t_iter_us'] / 1e3:.1f} ms, comm "
+                          f"exposed {max(0.0, tl['comm_exposed_us']) / 1e3:.1f} ms", tl["timeline"], tl["t_iter_us"]))
+            fig["timeline"].append({"strategy": c["strategy"], "measured_us": c["measured_us"],
+                                    "traced_t_iter_us": tl["t_iter_us"], "round": c["traced_round"]["round"]})
         if items:
             plots.plot_timelines(items, root / f"img/timeline-{net}.png", title=f"{net}, N = {n}")
         measured = []
@@ -407,14 +590,17 @@ def draw_figures(root: Path, index: Mapping[str, Any]) -> list[str]:
             t1 = next(r["t_iter_1_us"] for r in na["predictions"] if r["strategy"] == c["strategy"])
             measured.append({"strategy": c["strategy"], "workers": n, "images_per_s": c["measured_images_per_s"],
                              "efficiency": t1 / c["measured_us"]})
+        fig["scaling_measured"] = measured
         plots.plot_scaling_panels(na["predictions"], root / f"img/scaling-{net}.png", measured=measured,
                                   title=f"{net}, batch {na['batch']} per worker: predicted lines, measured stars "
-                                        "(efficiency against the model's t(1))")
+                                        "(efficiency against the model's t(1)); shaded: beyond the measured scale",
+                                  measured_upto=n)
         made += [f"img/{k}-{net}.png" for k in ("breakdown", "timeline", "scaling")
                  if (root / f"img/{k}-{net}.png").is_file()]
+        data[net] = fig
     for f in made:
         shrink_png(root / f)
-    return made
+    return made, data
 
 
 def shrink_png(path: Path) -> None:
@@ -430,10 +616,10 @@ def shrink_png(path: Path) -> None:
 
 def write_report(root: Path, index: Mapping[str, Any]) -> dict[str, Any]:
     """Figures, report.html and report.md; returns what was written (for the index)."""
-    images = draw_figures(root, index)
+    images, figures = draw_figures(root, index)
     doc = build_document(index)
     doc.blocks = [b for b in doc.blocks if not isinstance(b, Image) or (root / b.file).is_file()]
     write_atomic(root / "report.md", render_markdown(doc))
     write_atomic(root / "report.html", render_html(doc, root))
-    return {"html": "report.html", "markdown": "report.md", "images": images,
+    return {"html": "report.html", "markdown": "report.md", "images": images, "figures": figures,
             "phase_groups": {k: list(v) for k, v in PHASE_GROUPS.items()}}

@@ -5,6 +5,7 @@ resumed without measuring a finished cell again, and predict's what-if options."
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -97,7 +98,8 @@ def test_every_report_number_traces_to_its_json_field(study_dir):
             assert value is None, src
             continue
         shown = float(re.sub(r"[^0-9eE.+-]", "", text.replace(",", "")))
-        digits = len(text.split(".")[1].rstrip(" %msGB/un")) if "." in text else 0
+        m = re.search(r"\.(\d+)", text)
+        digits = len(m.group(1)) if m else 0
         assert abs(shown - value * scale) <= 0.5 * 10 ** -digits + 1e-9 * abs(value * scale), (src, text, value)
     # and the JSON fields trace to the measurements: measured times are the cells' medians
     for net, na in index["analysis"]["nets"].items():
@@ -196,32 +198,141 @@ def test_report_renders_in_headless_chromium(study_dir, tmp_path):
       document.body.setAttribute('data-check', JSON.stringify({
         images: imgs.length, loaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
         errors: window.__errors, page_width: document.documentElement.scrollWidth,
-        window_width: window.innerWidth}));
+        window_width: window.innerWidth, details: document.querySelectorAll('details').length,
+        cues: document.querySelectorAll('.cue').length,
+        cues_shown: [...document.querySelectorAll('.cue')].filter(c => c.offsetParent !== null).length}));
     });
     </script>"""
     page = tmp_path / "checked.html"
     page.write_text((study_dir / "report.html").read_text().replace("<head>", "<head>" + check, 1))
     flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
              "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run([*flags, "--window-size=412,900", "--virtual-time-budget=20000", "--dump-dom",
-                          page.as_uri()], capture_output=True, text=True, timeout=180)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    m = re.search(r"data-check=\"([^\"]*)\"", dom.stdout)
-    assert m, "the page never finished loading"
-    result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     index = json.loads((study_dir / "study.json").read_text())
-    assert result["images"] == len(index["report"]["images"]) and result["loaded"] == result["images"], result
-    assert result["errors"] == [], result
-    assert result["page_width"] <= result["window_width"], result  # a phone scrolls tables, not the page
-    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
-    assert console == []
-    shot = tmp_path / "phone.png"  # the report itself, unmodified, at a phone's width
-    p = subprocess.run([*flags, "--window-size=412,2400", f"--screenshot={shot}",
-                        (study_dir / "report.html").as_uri()], capture_output=True, text=True, timeout=180)
-    assert p.returncode == 0 and shot.stat().st_size > 10_000, p.stderr[-2000:]
-    keep = os.environ.get("GDLBENCH_SCREENSHOT_DIR")
-    if keep:
-        shutil.copy(shot, Path(keep) / "study-report-phone.png")
+    for width in (1280, 412):  # a laptop and a phone
+        dom = subprocess.run([*flags, f"--window-size={width},900", "--virtual-time-budget=20000", "--dump-dom",
+                              page.as_uri()], capture_output=True, text=True, timeout=180)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        m = re.search(r"data-check=\"([^\"]*)\"", dom.stdout)
+        assert m, "the page never finished loading"
+        result = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+        assert result["images"] == len(index["report"]["images"]) and result["loaded"] == result["images"], result
+        assert result["errors"] == [], result
+        assert result["page_width"] <= result["window_width"], (width, result)  # tables scroll, not the page
+        # the table of contents links to every section, and the scroll cue shows on a phone only
+        anchors = set(re.findall(r' id="([^"]+)"', dom.stdout))
+        links = set(re.findall(r'<a href="#([^"]+)"', dom.stdout))
+        assert links and links <= anchors, links - anchors
+        assert result["cues_shown"] == (result["cues"] if width == 412 else 0) and result["cues"] > 0, (width, result)
+        assert result["details"] == len(index["analysis"]["nets"]["mlp"]["what_ifs"]) * 2, result
+        console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
+        assert console == []
+        shot = tmp_path / f"report-{width}.png"  # the report itself, unmodified
+        p = subprocess.run([*flags, f"--window-size={width},2400", f"--screenshot={shot}",
+                            (study_dir / "report.html").as_uri()], capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0 and shot.stat().st_size > 10_000, p.stderr[-2000:]
+        keep = os.environ.get("GDLBENCH_SCREENSHOT_DIR")
+        if keep:
+            shutil.copy(shot, Path(keep) / f"study-report-{width}.png")
+
+
+def _measured(name: str, samples: list[float]) -> dict:
+    from gdlbench.study import measured_spread
+
+    t = sorted(samples)[len(samples) // 2]
+    parts = {"io": 0.0, "h2d": 0.0, "forward": 100.0, "backward": 200.0, "comm": t - 350.0, "update": 50.0}
+    return {"strategy": name, "measured_us": t, **measured_spread(samples), "measured_images_per_s": 2e6 / t,
+            "measured_breakdown_us": parts, "predicted_breakdown_us": parts}
+
+
+def test_tie_rule_on_measured_margins():
+    """A margin under 2 x the combined standard error of the two medians is a tie that names the
+    tied strategies; over twice that threshold it is robust."""
+    from gdlbench.study import decide, measured_spread
+
+    spread = measured_spread([1000.0, 1010.0, 1020.0, 1030.0, 1040.0])
+    # IQR 20 us over 5 rounds: se = 1.2533 x (20 / 1.349) / sqrt(5)
+    assert spread["measured_se_us"] == pytest.approx(1.2533 * 20 / 1.349 / 5 ** 0.5, rel=1e-12)
+    assert spread["measured_min_us"] == 1000.0 and spread["measured_max_us"] == 1040.0
+    a = _measured("a", [1000.0, 1010.0, 1020.0, 1030.0, 1040.0])  # median 1020, se 8.31 us
+    b = _measured("b", [1005.0, 1015.0, 1025.0, 1035.0, 1045.0])  # median 1025: 5 us behind
+    c = _measured("c", [1100.0, 1110.0, 1120.0, 1130.0, 1140.0])  # 100 us behind
+    v = decide(2, 2, [c, b, a], [], {"a": 1.0, "b": 1.0, "c": 1.0})
+    threshold = 100 * 2 * math.hypot(a["measured_se_us"], b["measured_se_us"]) / 1020.0  # 2.30 %
+    assert (v["state"], v["winner"], v["runner_up"], v["tied"]) == ("tie", "a", "b", ["a", "b"])
+    assert v["margin_pct"] == pytest.approx(100 * 5 / 1020) and v["margin_band_pct"] == pytest.approx(threshold)
+    v = decide(2, 2, [c, a], [], {})  # 9.8 % against a threshold of 2.30 %: robust
+    assert (v["state"], v["winner"], v["tied"]) == ("robust", "a", [])
+    assert v["why"] == {"group": "communication", "winner_us": 670.0, "runner_up_us": 770.0, "difference_us": 100.0}
+    one = _measured("one", [1000.0])  # one round: no spread, so no verdict can be called robust or a tie
+    v = decide(2, 2, [one, _measured("two", [1001.0])], [], {})
+    assert (v["state"], v["tied"]) == ("untested", [])
+
+
+def test_tie_rule_on_predicted_margins():
+    """At a scale not measured the band is the model's |error| at the measured scale, added."""
+    from gdlbench.study import decide
+
+    def row(name: str, t: float) -> dict:
+        return {"strategy": name, "workers": 64, "t_iter_us": t, "images_per_s": 64e6 / t, "io_exposed_us": 0.0,
+                "h2d_us": 0.0, "forward_us": 100.0, "backward_us": 200.0, "comm_exposed_us": t - 350.0,
+                "update_us": 50.0}
+
+    err = {"a": 1.5, "b": 2.0, "c": 0.5}
+    v = decide(64, 2, [], [row("b", 1030.0), row("a", 1000.0), row("c", 1100.0)], err)
+    assert (v["source"], v["state"], v["winner"], v["tied"]) == ("predicted", "tie", "a", ["a", "b"])
+    assert v["margin_band_pct"] == 3.5 and v["margin_pct"] == pytest.approx(3.0)
+    v = decide(64, 2, [], [row("a", 1000.0), row("c", 1100.0)], err)  # 10 % over a band of 2 %
+    assert (v["state"], v["margin_band_pct"]) == ("robust", 2.0)
+    v = decide(64, 2, [], [row("a", 1000.0), row("c", 1030.0)], err)  # 3 % over 2 %: a winner, not robust
+    assert (v["state"], v["tied"]) == ("winner", [])
+
+
+def test_parameter_server_rows_state_their_server_count(study_dir):
+    index = json.loads((study_dir / "study.json").read_text())
+    for na in index["analysis"]["nets"].values():
+        for r in na["predictions"]:
+            if r["strategy"] == "mxnet":  # P unset: servers = workers, said so
+                assert r["servers"] == r["workers"] and r["servers_assumption"].startswith("servers = workers"), r
+            else:
+                assert "servers" not in r, r
+        c = next(c for c in na["compare"] if c["strategy"] == "mxnet")
+        assert c["servers"] == 2 and "assumed" in c["servers_assumption"]
+        for v in na["verdicts"]:
+            for who in ("winner", "runner_up"):
+                assert (v.get(f"{who}_servers") == v["workers"]) == (v[who] == "mxnet"), v
+    st = {s["name"]: s for s in index["analysis"]["strategies"]}
+    assert st["mxnet"]["servers"] == "N" and "servers" not in st["cntk"]
+    assert all(s["describe"] and s["source"] for s in st.values())
+    md = (study_dir / "report.md").read_text()
+    assert "servers = workers (P = N): assumed" in md and "2 servers, assumed = workers" in md
+
+
+def test_the_same_iteration_shows_the_same_figure_everywhere(study_dir):
+    """One number per fact: a strategy's measured iteration is the same value in the comparison,
+    the verdict, the scaling table, the charts' data and the Markdown; the traced round is named
+    the same everywhere."""
+    index = json.loads((study_dir / "study.json").read_text())
+    md = (study_dir / "report.md").read_text()
+    for net, na in index["analysis"]["nets"].items():
+        fig = index["report"]["figures"][net]
+        for c in na["compare"]:
+            assert c["measured_samples_us"] and c["measured_rounds"] == index["config"]["iters"]
+            assert c["measured_min_us"] <= c["measured_us"] <= c["measured_max_us"]
+            tl = next(t for t in fig["timeline"] if t["strategy"] == c["strategy"])
+            assert tl["measured_us"] == c["measured_us"] and tl["round"] == c["traced_round"]["round"]
+            assert c["traced_round"]["name"].startswith("the median round")
+            star = next(m for m in fig["scaling_measured"] if m["strategy"] == c["strategy"])
+            assert star["images_per_s"] == c["measured_images_per_s"]
+            shown = f"{c['measured_us'] / 1e3:.1f} ms"
+            assert shown in md, (net, c["strategy"], shown)
+        v = next(v for v in na["verdicts"] if v["source"] == "measured")
+        c = next(c for c in na["compare"] if c["strategy"] == v["winner"])
+        assert v["winner_images_per_s"] == c["measured_images_per_s"] and v["winner_t_iter_us"] == c["measured_us"]
+        # the scaling table's measured column shows that very figure, marked measured
+        section = md.split(f'<a id="{net}"></a>')[1]
+        row = next(line for line in section.splitlines() if line.startswith(f"| {v['winner']}") and " * |" in line)
+        assert f"{c['measured_images_per_s']:,.1f} *" in row, row
+    assert "last timed" not in md and "the median round" in md
 
 
 def test_killed_study_resumes_without_measuring_a_finished_cell_again(tmp_path):

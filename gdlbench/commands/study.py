@@ -150,8 +150,11 @@ def run(args: argparse.Namespace) -> int:
               f"{fmt_duration(time.monotonic() - t0)}")
         for net, na in index["analysis"]["nets"].items():
             for v in na["verdicts"]:
-                margin = f"by {v['margin_pct']:.1f} % over {v['runner_up']}" if v["runner_up"] else ""
-                print(f"  {net:10s} N={v['workers']:<5d} {v['source']:9s} winner {v['winner']} {margin}; "
+                margin = (f"(runner-up {v['runner_up']}: margin {v['margin_pct']:.1f} %, band "
+                          f"{v['margin_band_pct']:.1f} %)" if v["runner_up"] else "")
+                who = (f"tie {', '.join(v['tied'])}" if v.get("state") == "tie" else
+                       f"{v.get('state', 'winner')} {v['winner']}")
+                print(f"  {net:10s} N={v['workers']:<5d} {v['source']:9s} {who} {margin}; "
                       f"bound by {v['bound_by']} ({v['bound_share_pct']:.0f} %), comm exposed "
                       f"{v['comm_exposed_pct']:.0f} %")
     return 0
