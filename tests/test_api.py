@@ -24,7 +24,7 @@ API_OF_COMMAND = {
     "gemm": "gemm", "conv": "conv", "layer": "layer", "allreduce": "allreduce", "reduce_scatter": "reduce_scatter",
     "allgather": "allgather", "broadcast": "broadcast", "copy": "copy", "update": "update", "io": "io",
     "iteration": "Iteration", "predict": "predict", "nets": "load_network", "env": "environment",
-    "compress": "compress",
+    "compress": "compress", "import-trace": "import_trace",
 }
 # commands that measure nothing of their own: they compose the functions above
 COMPOSITIONS = {"study"}
