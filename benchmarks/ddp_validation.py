@@ -2,8 +2,11 @@
 against the job itself on every configuration (issue 31's validation; figures in RESULTS.md).
 
 Per net (torchvision's resnet50, and a GPT-2-style decoder built from torch.nn layers):
-1. profile the job once on 1 rank (benchmarks/ddp_job.py --profile) and import the trace
-   (`gdlbench import-trace`): the phases and the gradients every prediction starts from;
+1. profile the job once on 1 rank (benchmarks/ddp_job.py: --steps timed steps, then 5 profiled)
+   and import the trace (`gdlbench import-trace --step-ms`, the median of that run's unprofiled
+   steps, as a user's training log gives it: the profiler's own cost is taken out): the phases and
+   the gradients every prediction starts from. The 1-rank row is therefore a replay of the traced
+   configuration, held against separate runs; the others are predictions;
 2. per configuration with communication, measure gloo's all-reduce on that link with gdlbench
    (`gdlbench allreduce --backend gloo --fit --beside-compute`, the ranks placed as the job's);
 3. predict every configuration from that one trace and that link's fit (`gdlbench predict
@@ -149,10 +152,13 @@ def main() -> None:
     verdicts = []
     for net in args.nets.split(","):
         trace = out / f"profile-{net}.json"
-        launch("1 rank", [*job_args(args, net), "--steps", "0", "--warmup", str(args.warmup), "--profile", "5",
-                          "--trace", str(trace)])
+        logged = out / f"profile-{net}-steps.json"
+        launch("1 rank", [*job_args(args, net), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                          "--profile", "5", "--trace", str(trace), "--json", str(logged)])
+        step_ms = json.loads(logged.read_text())["step_us"]["median"] / 1e3  # the job's log: its step unprofiled
         phases = out / f"phases-{net}.json"
-        gdl_json(["import-trace", str(trace), "--batch", str(args.batch), "--name", net], phases)
+        gdl_json(["import-trace", str(trace), "--batch", str(args.batch), "--name", net, "--step-ms",
+                  f"{step_ms:.3f}"], phases)
         print(f"\n## {net}, batch {args.batch} per rank, 1 torch thread per rank; profiled once on 1 rank "
               f"(5 steps), every row predicted from that trace", flush=True)
         print("| configuration | measured step (ms) | spread | predicted (ms) | error | exposed comm measured "

@@ -260,3 +260,11 @@ def test_import_trace(tmp_path):
     doc = t.phases_doc()
     assert {r["layer"]: r["time_us"] for r in doc["rows"] if "layer" in r} == {"grad0 8x4": 30, "grad1 8": 25,
                                                                                "backward tail": 5}
+    # the profiler's cost out: 9 recorded spans in the step, 1 us each when the step took 141 us unprofiled
+    c = gdlbench.import_trace(path, batch=8, step_us=141.0)
+    s = c.steps[0]
+    assert c.profiler_us_per_event == pytest.approx(1.0)
+    assert (s.io_us, s.forward_us, s.backward_us, s.exposed_comm_us, s.update_us) == pytest.approx((9, 29, 54, 20, 29))
+    assert s.total_us == pytest.approx(141.0) and [g.ready_us for g in c.gradients] == pytest.approx([27, 50])
+    with pytest.raises(gdlbench.UsageError, match="--step-ms"):
+        gdlbench.import_trace(path, batch=8, step_us=-1.0)

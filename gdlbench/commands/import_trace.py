@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, required=True,
                    help="the per-worker batch the job ran (the trace does not record it)")
     p.add_argument("--name", help="the job's name in the phases (default: the trace file's name)")
+    p.add_argument("--step-ms", type=float,
+                   help="the job's step time without the profiler (its log's, on the traced configuration): "
+                        "the profiler's own cost is taken out of the phases")
     p.add_argument("--bucket", help="the job's DDP bucket_cap_mb as a size (e.g. 10MiB), if not the default: "
                                     "the check of the ddp preset's buckets uses it")
     p.add_argument("--json", metavar="FILE", help="write the phases (what `predict --phases` reads)")
@@ -55,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     json_out = OutputFile(args.json, "--json") if args.json else None
     csv_out = OutputFile(args.csv, "--csv") if args.csv else None
     bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
-    trace = import_trace(args.trace, args.batch, args.name)
+    trace = import_trace(args.trace, args.batch, args.name, None if args.step_ms is None else args.step_ms * 1e3)
     if env.rank() != 0:
         return 0
     doc = trace.phases_doc()
