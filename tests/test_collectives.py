@@ -299,7 +299,7 @@ BAD = [
     (["allreduce", "--size", "8", "-b", "8"], "not both"),
     (["allreduce", "-f", "0.5"], "--step-factor"),
     (["allreduce", "--backend", "nccl"], "nccl"),
-    (["allreduce", "--backend", "gloo"], "--backend"),
+    (["allreduce", "--backend", "mpich"], "--backend"),
     (["allreduce", "--timeout", "-1"], "--timeout"),
     (["allreduce", "-c", "-1"], "--check"),
     (["allreduce", "--fit", "--size", "8"], "two sizes"),
