@@ -313,8 +313,8 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int,
     on_main = [e for e in inside if e.get("tid") == main]
     data = [e for e in on_main if e["name"].startswith(DATA) and e["ts"] < b0]
     io = _union(data, s0, b0)
-    copies = [e for e in _top_level([e for e in on_main if e["ts"] < b0 and e.get("cat") == "cpu_op"])
-              if e["name"] in H2D_OPS and not any(_inside(e, d["ts"], d["ts"] + d["dur"]) for d in data)]
+    # copies outside every other span (a copy inside the model's forward, or the data loader's, is theirs)
+    copies = [e for e in _top_level([e for e in on_main if e["ts"] < b0]) if e["name"] in H2D_OPS]
     h2d = _union(copies, s0, b0)
     forward = max(0.0, (b0 - s0) - io - h2d)
 
