@@ -43,6 +43,7 @@ and the rules stated here.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -342,13 +343,14 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int,
         messages.append(TracedMessage(e["name"], nbytes, e["ts"] - b0,
                                       None if run is None else run["ts"] - b0,
                                       None if run is None else run["ts"] + run["dur"] - b0))
-    recorded = [e["ts"] for e in inside if e["name"] not in COMM_SPANS]  # the communication threads' aside
+    recorded = sorted(e["ts"] for e in inside if e["name"] not in COMM_SPANS)  # the communication threads' aside
     in_data = sum(1 for e in inside if any(_inside(e, d["ts"], d["ts"] + d["dur"]) for d in data))
     in_copies = sum(1 for e in inside if any(_inside(e, c["ts"], c["ts"] + c["dur"]) for c in copies))
     before = sum(1 for t in recorded if t < b0)
     events = {"io": in_data, "h2d": in_copies, "forward": max(0, before - in_data - in_copies),
               "backward": sum(1 for t in recorded if b0 <= t < b1), "update": sum(1 for t in recorded if t >= b1)}
-    grad_events = [sum(1 for t in recorded if b0 <= t < b0 + g.ready_us) for g in ready]
+    first = bisect.bisect_left(recorded, b0)
+    grad_events = [bisect.bisect_left(recorded, b0 + g.ready_us) - first for g in ready]
     return StepPhases(step["name"], step["dur"], io, h2d, forward, b1 - b0, exposed, update, ready, messages,
                       events, grad_events)
 
@@ -410,6 +412,4 @@ def import_trace(path: str | Path, batch: int, name: str | None = None, step_us:
     else:
         notes.append("the profiler's own cost is in these times (give the step time without the profiler to "
                      "take it out)")
-    out = ImportedTrace(where, batch, world, backend, parsed, name or Path(where).name.split(".")[0], notes)
-    out.profiler_us_per_event = cost
-    return out
+    return ImportedTrace(where, batch, world, backend, parsed, name or Path(where).name.split(".")[0], notes, cost)

@@ -4,12 +4,14 @@ phases `gdlbench predict --phases` reads (gdlbench.torch_trace says what is read
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from .. import env
+from ..errors import UsageError
 from ..model import plan_messages
 from ..network import load_network
-from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
+from ..report import Column, Outputs, Report, fmt_float, print_table, stdout_console
 from ..strategies import get_strategies
 from ..torch_trace import ImportedTrace, import_trace
 from ..units import parse_size
@@ -55,8 +57,9 @@ def bucket_check(trace: ImportedTrace, bucket: int | None = None) -> tuple[list[
 
 
 def run(args: argparse.Namespace) -> int:
-    json_out = OutputFile(args.json, "--json") if args.json else None
-    csv_out = OutputFile(args.csv, "--csv") if args.csv else None
+    files = Outputs.of(args.json, args.csv)
+    if args.step_ms is not None and not (math.isfinite(args.step_ms) and args.step_ms > 0):
+        raise UsageError(f"--step-ms must be a positive number of milliseconds, got {args.step_ms:g}")
     bucket = parse_size(args.bucket, "--bucket") if args.bucket else None
     trace = import_trace(args.trace, args.batch, args.name, None if args.step_ms is None else args.step_ms * 1e3)
     if env.rank() != 0:
@@ -85,12 +88,10 @@ def run(args: argparse.Namespace) -> int:
                       f"the ddp preset plans {len(planned)}: {same}", highlight=False)
     for note in trace.notes:
         console.print(f"note: {note}", highlight=False)
-    if json_out:
-        json_out.write(report.to_json())
-        console.print(f"wrote {json_out.path}: predict with `gdlbench predict --phases {json_out.path} "
+    steps = [dict(step=s.step, **{key: getattr(s, key) for _, key in PHASES}) for s in trace.steps]
+    files.write(report, Report("import-trace", {}, {}, {}, rows=steps))
+    if files.json:
+        console.print(f"wrote {files.json.path}: predict with `gdlbench predict --phases {files.json.path} "
                       f"--strategy ddp{f' --bucket {args.bucket}' if args.bucket else ''} --from FIT.json` (or "
                       "--cluster / --nodes ... for a cluster)", highlight=False)
-    if csv_out:
-        steps = [dict(step=s.step, **{key: getattr(s, key) for _, key in PHASES}) for s in trace.steps]
-        csv_out.write(Report("import-trace", {}, {}, {}, rows=steps).to_csv())
     return 0
