@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +110,8 @@ def test_allreduced_gradients_on_two_ranks(fault):
     twice one rank's; with GDLBENCH_FAULT=grads=K the check must count exactly K per rank."""
     p = run_mpi(2, __import__("sys").executable, "-c", GRADIENT_CHECK_CODE, str(fault))
     assert p.returncode == 0, p.stdout + p.stderr
-    per_rank = [json.loads(line.split("WRONG ", 1)[1]) for line in p.stdout.splitlines() if "WRONG " in line]
+    # the two ranks' lines can reach the launcher's stdout glued together: find each object, not each line
+    per_rank = [json.loads(m) for m in re.findall(r"WRONG (\{[^{}]*\})", p.stdout)]
     names = {"serial/library", "wfbp/ring", "wfbp-fusion/rd", "mxnet/ps", "tensorflow/ps", "wfbp/hier"}
     assert per_rank == [dict.fromkeys(names, fault)] * 2
 
