@@ -183,7 +183,7 @@ def contention(trace: dict[str, Any], backward_alone_us: float, message_alone_us
     backward_done = backward_alone_us - (b_end - beside)
     if backward_done <= 0:
         return None
-    return max(1.0, beside / backward_done), max(1.0, beside / max(comm_done, beside / NO_PROGRESS_SLOWDOWN))
+    return max(1.0, beside / backward_done), min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / comm_done if comm_done > 0 else NO_PROGRESS_SLOWDOWN))
 
 
 @dataclass
