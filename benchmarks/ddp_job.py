@@ -42,6 +42,15 @@ class Decoder(nn.Module):
         self.head = nn.Linear(hidden, vocab, bias=False)
         self.head.weight = self.tok.weight
         self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq), persistent=False)
+        # GPT-2's initialisation (weights N(0, 0.02), biases 0, layer norms 1). torch's defaults (an
+        # N(0, 1) embedding, here also the LM head) make the logits so large that the softmax's
+        # gradients underflow to subnormal floats, and a CPU without flush-to-zero then takes 7x as
+        # long for the step (measured on an Intel Xeon: 5.8 s against 0.8 s), a cost no real job pays.
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+            elif "norm" not in name:
+                nn.init.zeros_(p)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1]))

@@ -150,11 +150,13 @@ def bench(collective: str, count: int, dtype: str, op: str | None, root: int, wa
 
 
 def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0) -> dict[str, Any]:
-    """How much a compute thread (torch.mm of 512 x 512 fp32 on one torch thread, the work of a
-    CPU job's backward) and gloo all-reduces of size_bytes slow each other on every rank at
-    once: compute_slowdown = the compute rate alone / beside the all-reduces, comm_slowdown = the
-    all-reduce's median time beside / alone. What `predict` applies to backward and the messages
-    while they overlap (gdlbench.model.schedule_shared)."""
+    """How much compute on one torch thread and gloo all-reduces of size_bytes slow each other on
+    every rank at once, for the two kinds of compute a CPU job's backward runs (as
+    gdlbench.torch_trace splits it): compute_slowdown for the compute-bound kind (torch.mm of 512 x
+    512 fp32, in cache), memory_slowdown for the memory-bound kind (an elementwise add over 64 MiB
+    tensors, beyond the caches), each = the rate alone / the rate beside the all-reduces;
+    comm_slowdown = the all-reduce's median time beside either / alone. What `predict` applies to
+    backward and the messages while they overlap (gdlbench.model.schedule_shared)."""
     import threading
 
     torch = init(comm, 0)
@@ -163,16 +165,18 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0) -> 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     a = torch.randn(512, 512)
+    x, y, z = (torch.ones(16 * 2**20) for _ in range(3))
+    kinds = {"compute_slowdown": lambda: torch.mm(a, a), "memory_slowdown": lambda: torch.add(x, y, out=z)}
     buf = torch.ones(max(1, size_bytes // 4))
     stop = threading.Event()
     done = [0]
 
-    def compute() -> None:
-        while not stop.is_set():
-            torch.mm(a, a)
-            done[0] += 1
+    def rate(work: Any, run: Any) -> tuple[float, Any]:
+        def compute() -> None:
+            while not stop.is_set():
+                work()
+                done[0] += 1
 
-    def rate(run: Any) -> tuple[float, Any]:
         done[0] = 0
         stop.clear()
         worker = threading.Thread(target=compute, daemon=True)
@@ -194,18 +198,23 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0) -> 
             out.append((time.perf_counter() - t0) * 1e6)
         return out
 
-    try:
-        alone_rate, _ = rate(lambda: time.sleep(seconds))
-        comm.Barrier()
-        alone_us = float(np.median(reduces()))
-        beside_rate, beside = rate(reduces)
-    finally:
-        torch.set_num_threads(threads)
     from mpi4py import MPI
 
-    c = comm.allreduce(alone_rate / max(beside_rate, 1e-9), op=MPI.MAX)
-    m = comm.allreduce(float(np.median(beside)) / alone_us, op=MPI.MAX)
-    return {"compute_slowdown": max(1.0, c), "comm_slowdown": max(1.0, m), "size_bytes": int(buf.numel() * 4),
-            "measured": {"compute_slowdown": c, "comm_slowdown": m, "allreduce_alone_us": alone_us},
-            "method": "torch.mm 512x512 fp32 on one thread beside gloo all-reduces of size_bytes, every rank "
+    measured: dict[str, float] = {}
+    beside_us: list[float] = []
+    try:
+        comm.Barrier()
+        alone_us = float(np.median(reduces()))
+        for key, work in kinds.items():
+            alone_rate, _ = rate(work, lambda: time.sleep(seconds))
+            beside_rate, beside = rate(work, reduces)
+            beside_us += beside
+            measured[key] = comm.allreduce(alone_rate / max(beside_rate, 1e-9), op=MPI.MAX)
+    finally:
+        torch.set_num_threads(threads)
+    measured["comm_slowdown"] = comm.allreduce(float(np.median(beside_us)) / alone_us, op=MPI.MAX)
+    return {**{k: max(1.0, v) for k, v in measured.items()}, "size_bytes": int(buf.numel() * 4),
+            "measured": {**measured, "allreduce_alone_us": alone_us},
+            "method": "on one torch thread, torch.mm 512x512 fp32 (compute-bound) and an add over 64 MiB fp32 "
+                      "tensors (memory-bound), each alone and beside gloo all-reduces of size_bytes, every rank "
                       "at once; the max over ranks; the model takes values below 1 as 1"}

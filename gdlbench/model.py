@@ -264,6 +264,11 @@ class Phases:
     # The same, measured with one strategy's own messages posted as it posts them: (backward,
     # messages) per strategy name; a strategy not here takes the pair above.
     strategy_slowdowns: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Memory-bound compute beside the messages (gdlbench.gloo.contention), and per backward layer
+    # the share of its time in memory-bound operators (an imported trace's): such a layer runs
+    # (1 - share) compute_slowdown + share memory_slowdown times slower. None / absent: share 0.
+    memory_slowdown: float | None = None
+    layer_memory_share: dict[str, float] = field(default_factory=dict)
     # The compute time a read on the prefetch thread costs while it runs beside compute (Iteration's
     # read-beside round), in us. None: (1 - overlap_efficiency) t_io.
     read_beside_us: float | None = None
@@ -271,6 +276,8 @@ class Phases:
     def contention(self) -> dict[str, Any]:
         out: dict[str, Any] = {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
                "read_beside_us": self.read_beside_us}
+        if self.memory_slowdown is not None:
+            out["memory_slowdown"] = self.memory_slowdown
         if self.strategy_slowdowns:
             out["by_strategy"] = {name: {"compute_slowdown": c, "comm_slowdown": m}
                                   for name, (c, m) in self.strategy_slowdowns.items()}
@@ -285,6 +292,15 @@ class Phases:
         return (default if self.compute_slowdown is None else self.compute_slowdown,
                 default if self.comm_slowdown is None else self.comm_slowdown)
 
+    def backward_slowdowns(self, strategy: str | None, layers: Sequence[str]) -> list[float]:
+        """Each backward layer's slowdown beside the messages: slowdowns()'s, moved towards
+        memory_slowdown by the layer's memory-bound share (not where `strategy` has its own pair,
+        measured with backward's real mix)."""
+        c = self.slowdowns(strategy)[0]
+        if self.memory_slowdown is None or strategy in self.strategy_slowdowns:
+            return [c] * len(layers)
+        return [c + self.layer_memory_share.get(name, 0.0) * (self.memory_slowdown - c) for name in layers]
+
     def __post_init__(self) -> None:
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             raise UsageError(f"phases: batch must be a positive integer, got {self.batch!r}")
@@ -297,6 +313,12 @@ class Phases:
                 if (v is not None or where) and (isinstance(v, bool) or not isinstance(v, (int, float))
                                                  or not math.isfinite(v) or v < 1):
                     raise UsageError(f"phases: {where}{name} must be a number >= 1, got {v!r}")
+        m = self.memory_slowdown
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 1):
+            raise UsageError(f"phases: memory_slowdown must be a number >= 1, got {m!r}")
+        for layer, share in self.layer_memory_share.items():
+            if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+                raise UsageError(f"phases: layer {layer!r}: memory_share must be a number in [0, 1], got {share!r}")
         if self.read_beside_us is not None:
             _time(self.read_beside_us, "phases: read_beside_us")
         for name in ("forward_us", "backward_us", "io_us", "h2d_us", "update_us"):
@@ -312,6 +334,7 @@ class Phases:
         totals: dict[str, float] = {}
         fwd: dict[str, float] = {}
         bwd: dict[str, float] = {}
+        shares: dict[str, Any] = {}
         batch = summary.get("batch", args.get("batch"))
         for i, row in enumerate(doc["rows"]):
             if not isinstance(row, dict) or "phase" not in row:
@@ -324,6 +347,8 @@ class Phases:
                 if phase in ("forward", "backward") and "time_us" in row:
                     target = fwd if phase == "forward" else bwd
                     target.setdefault(str(row["layer"]), _time(row["time_us"], where))
+                    if phase == "backward" and "memory_share" in row:
+                        shares.setdefault(str(row["layer"]), row["memory_share"])
                 continue
             if phase in PHASES and phase not in totals and "time_us" in row:
                 totals[phase] = _time(row["time_us"], where)
@@ -359,6 +384,7 @@ class Phases:
                    comm_slowdown=contention.get("comm_slowdown"), read_beside_us=contention.get("read_beside_us"),
                    strategy_slowdowns={k: (v.get("compute_slowdown"), v.get("comm_slowdown"))
                                        for k, v in by_strategy.items()},
+                   memory_slowdown=contention.get("memory_slowdown"), layer_memory_share=shares,
                    io_threads=io_threads)
 
     def with_batch(self, batch: int) -> Phases:
@@ -589,15 +615,19 @@ def make_buckets(sizes: Sequence[int], bucket_bytes: int | None,
 
 
 def schedule_shared(layer_us: Sequence[float], ready_after: Sequence[int], cost_us: Sequence[float],
-                    compute_slowdown: float = 1.0, comm_slowdown: float = 1.0) -> tuple[list[float],
-                                                                                     list[tuple[float, float]]]:
+                    compute_slowdown: float | Sequence[float] = 1.0,
+                    comm_slowdown: float = 1.0) -> tuple[list[float], list[tuple[float, float]]]:
     """Backward and its messages when they share the machine. layer_us: backward's layers in the
     order they run; message j may start once ready_after[j] + 1 of them are done and message j - 1
     has ended. While a layer and a message run together, the layer runs compute_slowdown times and
-    the message comm_slowdown times slower than alone. Returns (each layer's end, each message's
+    the message comm_slowdown times slower than alone (compute_slowdown: one for every layer, or
+    each layer's own, in layer_us's order). Returns (each layer's end, each message's
     (start, end)), from the start of backward. With both slowdowns 1 this is the WFBP recurrence
     s_j = max(r_j, e_{j-1}), e_j = s_j + t_c(m_j) (module docstring)."""
     n_layers, n_msgs = len(layer_us), len(cost_us)
+    slow_b = [float(compute_slowdown)] * n_layers if isinstance(compute_slowdown, (int, float)) else list(compute_slowdown)
+    if len(slow_b) != n_layers:
+        raise ValueError(f"schedule_shared: {len(slow_b)} compute slowdowns for {n_layers} layers")
     ends: list[float] = []
     spans: list[tuple[float, float]] = []
     t, k, j = 0.0, 0, 0
@@ -620,7 +650,7 @@ def schedule_shared(layer_us: Sequence[float], ready_after: Sequence[int], cost_
             continue
         computing = k < n_layers
         both = computing and left_c is not None
-        rate_b = 1.0 / compute_slowdown if both else 1.0
+        rate_b = 1.0 / slow_b[k] if both else 1.0
         rate_c = 1.0 / comm_slowdown if both else 1.0
         dt = min(left_b / rate_b if computing else math.inf, left_c / rate_c if left_c is not None else math.inf)
         t += dt
@@ -710,8 +740,9 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
         else:
             costs = [comm.allreduce_us(strategy.algo or comm.formula, m, n) for m in sizes]
     costs = [c + e for c, e in zip(costs, encode, strict=True)]
-    compute_slowdown, comm_slowdown = phases.slowdowns(strategy.name)
-    layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, compute_slowdown, comm_slowdown)
+    slow_b = phases.backward_slowdowns(strategy.name, [net.layers[i].name for i in order])
+    layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, slow_b,
+                                        phases.slowdowns(strategy.name)[1])
     backward_end = layer_ends[-1] if layer_ends else 0.0
     e_last = spans[-1][1] if spans else 0.0
     comm_end = max(backward_end, e_last)  # from the start of backward

@@ -66,6 +66,13 @@ COMM_SPANS = ("gloo:all_reduce", "nccl:all_reduce")
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "half": 2, "bfloat16": 2,
                "long int": 8, "int": 4}
 TAIL = "backward tail"  # the backward work after the last gradient (a layer without parameters)
+# Operators bound by arithmetic (matrix products, convolutions, attention). The rest of backward
+# (normalisations, activations, softmax, embeddings, accumulation) streams memory, and slows more
+# while communication copies and sends beside it (gdlbench.gloo.contention measures both kinds).
+COMPUTE_BOUND = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul",
+                 "aten::linear", "aten::_addmm_activation")
+COMPUTE_BOUND_PREFIXES = ("aten::_scaled_dot_product", "aten::convolution", "aten::_convolution",
+                          "aten::mkldnn_convolution", "aten::cudnn_convolution")
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,9 @@ class StepPhases:
     # the profiler's recorded spans that started in each phase (what its own cost scales with)
     events: dict[str, int] = field(default_factory=dict)
     grad_events: list[int] = field(default_factory=list)  # recorded in backward before each gradient was ready
+    # per gradient (and last, the tail after the last one): the share of backward's time up to it
+    # spent outside the compute-bound operators (COMPUTE_BOUND)
+    memory_share: list[float] = field(default_factory=list)
 
     def without_profiler_cost(self, us_per_event: float) -> StepPhases:
         """This step with the profiler's cost taken out: us_per_event for every span it recorded."""
@@ -119,7 +129,8 @@ class StepPhases:
         parts = {k: less(getattr(self, f"{k}_us"), e.get(k, 0)) for k in ("io", "h2d", "forward", "backward", "update")}
         total = sum(parts.values()) + self.exposed_comm_us
         return StepPhases(self.step, total, parts["io"], parts["h2d"], parts["forward"], parts["backward"],
-                          self.exposed_comm_us, parts["update"], grads, self.messages, dict(e), list(self.grad_events))
+                          self.exposed_comm_us, parts["update"], grads, self.messages, dict(e), list(self.grad_events),
+                          list(self.memory_share))
 
 
 @dataclass
@@ -151,6 +162,12 @@ class ImportedTrace:
         return [Gradient(g.shape, g.bytes, statistics.median(s.gradients[i].ready_us for s in self.steps))
                 for i, g in enumerate(first)]
 
+    @property
+    def memory_shares(self) -> list[float]:
+        """Per gradient, then the tail: the median over the steps of StepPhases.memory_share."""
+        return [statistics.median(s.memory_share[i] for s in self.steps)
+                for i in range(len(self.steps[0].memory_share))]
+
     def network_spec(self) -> dict[str, Any]:
         """The job's gradients as a gdlbench network: "params" layers in forward order (the
         reverse of the ready order), then nothing; a layer without parameters first in forward
@@ -178,11 +195,15 @@ class ImportedTrace:
         rows: list[dict[str, Any]] = [{"phase": ph, "time_us": self.median(f"{ph}_us")}
                                       for ph in ("io", "h2d", "forward", "backward", "update")]
         prev = 0.0
+        shares = self.memory_shares
         for i, g in enumerate(grads):
-            rows.append({"layer": _grad_name(i, g, width), "phase": "backward", "time_us": max(0.0, g.ready_us - prev)})
+            rows.append({"layer": _grad_name(i, g, width), "phase": "backward", "time_us": max(0.0, g.ready_us - prev),
+                         "memory_share": shares[i]})
             prev = max(prev, g.ready_us)
         if backward > prev and grads:
-            rows.append({"layer": TAIL, "phase": "backward", "time_us": backward - prev})
+            rows.append({"layer": TAIL, "phase": "backward", "time_us": backward - prev, "memory_share": shares[-1]})
+        layer_rows = [r for r in rows if "layer" in r]
+        spent = sum(r["time_us"] for r in layer_rows)
         return {
             "command": "import-trace",
             "args": {"net": self.name, "batch": self.batch, "trace": self.source},
@@ -192,6 +213,8 @@ class ImportedTrace:
                         "step_spread": self.spread("total_us"),
                         "exposed_comm_us": self.median("exposed_comm_us"),
                         "gradient_bytes": sum(g.bytes for g in grads), "gradients": len(grads),
+                        "backward_memory_share": sum(r["time_us"] * r["memory_share"] for r in layer_rows) / spent
+                        if spent > 0 else 0.0,
                         "profiler_us_per_event": self.profiler_us_per_event},
             "network": self.network_spec(),
             "rows": rows,
@@ -292,6 +315,31 @@ def _union(spans: Sequence[dict[str, Any]], start: float, end: float) -> float:
     return covered
 
 
+def _compute_bound(name: str) -> bool:
+    return name in COMPUTE_BOUND or name.startswith(COMPUTE_BOUND_PREFIXES)
+
+
+def _memory_share(bwd: Sequence[dict[str, Any]], inside: Sequence[dict[str, Any]],
+                  ready_at: Sequence[float]) -> list[float]:
+    """Per gradient, and last for the tail after the last one: the share of the backward work
+    that ended since the gradient before it spent outside compute-bound operators."""
+    compute = _top_level([e for e in inside if _compute_bound(e["name"])])
+    by_tid: dict[Any, list[dict[str, Any]]] = {}
+    for e in compute:
+        by_tid.setdefault(e.get("tid"), []).append(e)
+    starts = {tid: [e["ts"] for e in es] for tid, es in by_tid.items()}
+    total = [0.0] * (len(ready_at) + 1)
+    bound = [0.0] * (len(ready_at) + 1)
+    for e in _top_level(bwd):
+        end = e["ts"] + e["dur"]
+        i = bisect.bisect_left(ready_at, end - 1e-3)  # the first gradient ready when it ended
+        ops, at = by_tid.get(e.get("tid"), []), starts.get(e.get("tid"), [])
+        first, last = bisect.bisect_left(at, e["ts"]), bisect.bisect_right(at, end)
+        total[i] += e["dur"]
+        bound[i] += sum(op["dur"] for op in ops[first:last] if _inside(op, e["ts"], end))
+    return [1.0 - b / t if t > 0 else 0.0 for b, t in zip(bound, total, strict=True)]
+
+
 def _runs(spans: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Each launched collective's span on a communication thread: the k-th launch runs as the
     k-th communication span (process groups run their collectives in launch order). A run can
@@ -352,7 +400,7 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int,
     first = bisect.bisect_left(recorded, b0)
     grad_events = [bisect.bisect_left(recorded, b0 + g.ready_us) - first for g in ready]
     return StepPhases(step["name"], step["dur"], io, h2d, forward, b1 - b0, exposed, update, ready, messages,
-                      events, grad_events)
+                      events, grad_events, _memory_share(bwd, inside, [b0 + g.ready_us for g in ready]))
 
 
 def import_trace(path: str | Path, batch: int, name: str | None = None, step_us: float | None = None) -> ImportedTrace:

@@ -123,6 +123,40 @@ def test_schedule_shared():
     assert schedule_shared([0, 4], [1, 1], [0, 0]) == ([0, 4], [(4, 4), (4, 4)])
 
 
+def test_schedule_shared_per_layer_slowdowns():
+    # message 0 (10 us) ready after layer 0 runs beside layer 1 only: layer 1's own slowdown decides
+    assert schedule_shared([4, 4], [0], [10], [1.0, 2.0]) == ([4, 12], [(4, 14)])
+    assert schedule_shared([4, 4], [0], [10], [3.0, 1.0]) == ([4, 8], [(4, 14)])
+    assert schedule_shared([4, 4], [0], [10], [2.0, 2.0]) == schedule_shared([4, 4], [0], [10], 2.0)
+    with pytest.raises(ValueError, match="2 layers"):
+        schedule_shared([4, 4], [0], [10], [2.0])
+
+
+def test_memory_bound_layers_take_the_memory_slowdown():
+    base = Phases(batch=4, forward_us=10, backward_us=20, compute_slowdown=1.2, comm_slowdown=1.1,
+                  layer_memory_share={"a": 0.5, "b": 1.0})
+    assert base.backward_slowdowns("ddp", ["a", "b", "c"]) == [1.2, 1.2, 1.2]  # no memory_slowdown: as before
+    p = replace(base, memory_slowdown=2.0)
+    assert p.backward_slowdowns("ddp", ["a", "b", "c"]) == pytest.approx([1.6, 2.0, 1.2])
+    assert p.contention()["memory_slowdown"] == 2.0
+    # a strategy's own pair was measured with backward's real mix: no correction on top
+    own = replace(p, strategy_slowdowns={"ddp": (1.5, 1.0)})
+    assert own.backward_slowdowns("ddp", ["a", "b"]) == [1.5, 1.5]
+    for bad in ({"memory_slowdown": 0.5}, {"memory_slowdown": True}, {"layer_memory_share": {"a": 1.5}},
+                {"layer_memory_share": {"a": "x"}}):
+        with pytest.raises(UsageError, match="memory"):
+            replace(base, **bad)
+    # read from a phases JSON: the backward rows' memory_share, the contention's memory_slowdown
+    doc = {"args": {"batch": 4}, "summary": {"contention": {"compute_slowdown": 1.2, "comm_slowdown": 1.0,
+                                                            "memory_slowdown": 1.8}},
+           "rows": [{"phase": "forward", "time_us": 10}, {"layer": "a", "phase": "backward", "time_us": 15,
+                                                          "memory_share": 0.25},
+                    {"layer": "b", "phase": "backward", "time_us": 5}]}
+    q = Phases.from_dict(doc)
+    assert q.memory_slowdown == 1.8 and q.layer_memory_share == {"a": 0.25}
+    assert q.backward_slowdowns(None, ["a", "b"]) == pytest.approx([1.35, 1.2])
+
+
 def test_measured_contention_prices_the_overlap():
     from gdlbench.iteration import NO_PROGRESS_SLOWDOWN, contention
 

@@ -95,6 +95,10 @@ def test_import_two_ranks_reads_the_collectives(two_ranks: Path) -> None:
             assert m.launch_us <= m.start_us + 1e3 and m.start_us <= m.end_us
     doc = t.phases_doc()
     assert doc["summary"]["workers"] == 2 and doc["summary"]["exposed_comm_us"] >= 0
+    # a share per gradient row (and the tail's); the MLP's weights' gradients are matrix products
+    shares = [r["memory_share"] for r in doc["rows"] if r.get("phase") == "backward" and "layer" in r]
+    assert len(shares) in (len(t.gradients), len(t.gradients) + 1) and all(0 <= x <= 1 for x in shares)
+    assert 0 < doc["summary"]["backward_memory_share"] < 1
 
 
 @pytest.mark.parametrize("extra", [("--bucket-cap-mb", "0.5"), ("--bucket-cap-mb", "0.03", "--hidden", "512"),
@@ -156,6 +160,23 @@ def _trace(tmp_path: Path, events: object, name: str = "t.json") -> str:
     return str(path)
 
 
+def test_memory_share_splits_backward_by_operator_kind() -> None:
+    from gdlbench.torch_trace import _memory_share
+
+    def span(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, object]:
+        return {"name": name, "ts": ts, "dur": dur, "tid": tid}
+
+    bwd = [span("autograd::engine::evaluate_function: MmBackward0", 0, 100),
+           span("autograd::engine::evaluate_function: ReluBackward0", 100, 50),
+           span("autograd::engine::evaluate_function: AddmmBackward0", 150, 40, tid=2)]
+    ops = [*bwd, span("aten::matmul", 10, 70), span("aten::mm", 15, 60),  # nested: counted once
+           span("aten::threshold_backward", 100, 50), span("aten::addmm", 150, 10, tid=2),
+           span("aten::mm", 160, 30, tid=1)]  # another thread's span: not inside this one
+    # gradient 0 ready at 100 (the mm's 70 of 100 compute-bound), the tail holds the rest
+    assert _memory_share(bwd, ops, [100.0]) == pytest.approx([0.3, (50 + 30) / 90])
+    assert _memory_share(bwd, ops, [100.0, 150.0]) == pytest.approx([0.3, 1.0, 0.75])
+
+
 def test_bad_traces(tmp_path: Path, one_rank: Path) -> None:
     good = json.loads((one_rank / "trace-0.json").read_text())
     no_step = dict(good, traceEvents=[e for e in good["traceEvents"] if not str(e.get("name")).startswith("ProfilerStep")])
@@ -207,7 +228,8 @@ def test_gloo_allreduce_exact_fit_and_contention(tmp_path: Path) -> None:
     fit = doc["summary"]["fit"][0]
     assert fit["algo"] == "ring" and fit["beta_us_per_byte"] > 0  # gloo's all-reduce is a ring
     c = doc["summary"]["contention"]
-    assert c["compute_slowdown"] >= 1 and c["comm_slowdown"] >= 1 and c["size_bytes"] == 4194304
+    assert c["compute_slowdown"] >= 1 and c["comm_slowdown"] >= 1 and c["memory_slowdown"] >= 1
+    assert c["size_bytes"] == 4194304 and all(c["measured"][k] > 0 for k in ("compute_slowdown", "memory_slowdown"))
     assert c["measured"]["allreduce_alone_us"] > 0
 
 

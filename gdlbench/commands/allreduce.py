@@ -266,8 +266,8 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
 
         size = max([s for s in plan["sizes"] if s <= 25 * 2**20] or [min(plan["sizes"])])
         contention = gloo.contention(size, max(3, min(args.iters, 10)), comm)
-        progress.step(f"beside compute: backward x {contention['compute_slowdown']:.3f}, "
-                      f"all-reduce x {contention['comm_slowdown']:.3f}")
+        progress.step(f"beside compute: compute-bound x {contention['compute_slowdown']:.3f}, memory-bound x "
+                      f"{contention['memory_slowdown']:.3f}, all-reduce x {contention['comm_slowdown']:.3f}")
     wrong_rows = sum(1 for r in results if r.wrong)
     region = C.region(plan["backend"], [a for _, _, a in combos])
     notes = [f"sizes: {SIZE_CONVENTION}"]

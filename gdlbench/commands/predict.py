@@ -224,6 +224,7 @@ def _with_contention(phases: Phases, fit_file: str | None, load: Callable[[str, 
     if not isinstance(found, dict):
         return phases
     return replace(phases, compute_slowdown=found.get("compute_slowdown"), comm_slowdown=found.get("comm_slowdown"),
+                   memory_slowdown=found.get("memory_slowdown"),
                    source=f"{phases.source}; contention beside compute from {fit_file}")
 
 
