@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import numpy as np
 import pytest
@@ -90,6 +91,10 @@ def test_cli_gemm_json(tmp_path):
     (row,) = doc["rows"]
     assert (row["m"], row["n"], row["k"]) == (64, 48, 32) and len(row["samples_us"]) == 4
     assert "blas" in doc["env"] and doc["env"]["world_size"] == 1
+    # the result: checked (no wrong element, within the float32 tolerance), timed, and its rate 2mnk/t
+    assert row["wrong"] == 0 and row["max_rel_error"] <= row["tolerance"] == pytest.approx(2e-5)
+    assert row["time_us"] == pytest.approx(statistics.median(row["samples_us"]), rel=1e-9) and row["time_us"] > 0
+    assert row["tflops"] == pytest.approx(2 * 64 * 48 * 32 / (row["time_us"] * 1e-6) / 1e12, rel=1e-9)
 
 
 @pytest.mark.parametrize("argv, message", [
