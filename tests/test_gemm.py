@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import statistics
 
 import numpy as np
@@ -132,6 +133,12 @@ def test_cli_json_not_written_on_bad_run(tmp_path):
     assert p.returncode == 2 and not out.exists()
 
 
-def test_cli_env_runs():
-    p = run_cli("env")
+def test_cli_env_runs(tmp_path):
+    out = tmp_path / "env.json"
+    p = run_cli("env", "--json", str(out))
     assert p.returncode == 0 and "blas" in p.stdout and "mpi" in p.stdout
+    # what env is for: the versions and the machine, as this process sees them
+    env = json.loads(out.read_text())["env"]
+    assert env["gdlbench"] == gdlbench.__version__ and env["python"] == platform.python_version()
+    assert env["blas"].startswith("OpenBLAS") and env["mpi"] and env["world_size"] == 1
+    assert env["blas_threads"] >= 1 and env["cpu_cores"] >= 1
