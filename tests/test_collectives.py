@@ -149,9 +149,7 @@ def test_fit_cli_two_ranks(tmp_path):
     for f in fits:
         assert f["gamma_us_per_byte"] > 0 and f["nranks"] == 2
         assert [pt["size_bytes"] for pt in f["points"]] == [65536, 262144, 1048576, 4194304]
-        # the fit holds together (predictions from its own alpha/beta, errors and median recomputed,
-        # under 100 %), and the points it fitted are the run's own in-place rows of that algorithm
-        check_fit(f)
+        # the points it fitted are the run's own in-place rows of that algorithm
         times = {r["size_bytes"]: r["time_us"] for r in doc["rows"] if r["algo"] == f["algo"] and r["inplace"]}
         assert {pt["size_bytes"]: pt["measured_us"] for pt in f["points"]} == pytest.approx(times, rel=1e-9)
         check_fit(f)
