@@ -63,3 +63,45 @@ def test_the_output_options_are_as_the_readme_says():
         assert opts & {"--json", "--csv"} == want, name
     readme = (ROOT / "README.md").read_text()
     assert "Every command but `env` and `study`\nwrites `--json FILE`" in readme
+
+
+def test_readme_prose_figures_need_a_dated_section_that_holds_them(tmp_path):
+    """A figure in README prose without a link, one whose anchor is dead, one its section does not
+    hold, and a cited section with no date: each is reported."""
+    root = _copy(tmp_path)
+    readme = (root / "README.md").read_text()
+    (root / "README.md").write_text(readme + (
+        "\nThe made-up all-reduce took 12.5 ms on 2 ranks.\n"
+        "\nAnother took 0.40 us ([RESULTS](benchmarks/RESULTS.md#no-such-section)).\n"
+        "\nA third took 777.7 us ([RESULTS](benchmarks/RESULTS.md#1-gemm-gdlbench-openblas-through-"
+        "scipy-openblas32-vs-numpymatmul)).\n"))
+    p = run(root)
+    assert p.returncode == 1, p.stdout
+    assert "README figure '12.5 ms' in 'The made-up all-reduce took 12.5 ms" in p.stdout
+    assert "cites no RESULTS.md section" in p.stdout
+    assert "no section #no-such-section in RESULTS.md" in p.stdout
+    assert "777.7 not in #1-gemm" in p.stdout
+    assert "check_claims: 3 figures without their source" in p.stdout, p.stdout
+    results = (root / "benchmarks" / "RESULTS.md").read_text()
+    dated = "# 2026-12-02 18:45 UTC, quiet machine"
+    assert dated in results
+    (root / "README.md").write_text(readme)
+    (root / "benchmarks" / "RESULTS.md").write_text(results.replace(dated, "# 18:45 UTC, quiet machine"))
+    p = run(root)
+    assert p.returncode == 1 and ("RESULTS section #1-gemm-gdlbench-openblas-through-scipy-openblas32-"
+                                  "vs-numpymatmul: states no date") in p.stdout, p.stdout
+
+
+def test_settings_and_layouts_are_not_figures():
+    """What the checker reads as a figure: a measured unit after a number; a layout `2 x 2`, a
+    link rate and code are not."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import check_claims
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    found = [m.group(0) for m in check_claims.FIGURE.finditer(
+        "2 x 2 at 1 Gbit/s took 0.40 us, 1.01 x a copy, 13-17 % off, 8 min 48 s, 4184 GB/s, 2 ranks")]
+    assert found == ["0.40 us", "1.01 x", "13-17 %", "8 min", "48 s", "4184 GB/s"]
+    units = check_claims.prose_units("Run `--size 100MB` for 3 ms.\n\n```\n5 ms\n```\n")
+    assert [m.group(0) for u in units for m in check_claims.FIGURE.finditer(u)] == ["3 ms"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -43,11 +44,14 @@ def _json_rows(path) -> list[dict]:
 
 
 def _all_correct(rows: list[dict], iters: int) -> None:
+    """Every row exact, its time the median of its samples, and algbw its size over that time."""
     assert rows
     for r in rows:
         assert r["wrong"] == 0, r
         assert len(r["samples_us"]) == iters, r
         assert r["time_us_min"] <= r["time_us"] <= r["time_us_max"]
+        assert r["time_us"] == pytest.approx(statistics.median(r["samples_us"]), rel=1e-9), r
+        assert r["time_us"] > 0 and r["algbw_gbs"] == pytest.approx(r["size_bytes"] / r["time_us"] / 1e3, rel=1e-9), r
 
 
 def test_allreduce_100MB_two_ranks(tmp_path):
@@ -90,6 +94,11 @@ def test_every_op_exact(tmp_path, nranks):
     rows = _json_rows(out)
     _all_correct(rows, 1)
     assert {r["op"] for r in rows} == set(C.OPS)
+    # one row per op, dtype, algorithm, size (whole elements, at least one) and mode, none more
+    want = sorted((op, d, algo, max(1, s // C.DTYPE_SIZE[d]), inplace) for op in C.OPS for d in C.DTYPES
+                  for algo in C.ALGOS for s in (4, 1000, 65540) for inplace in (False, True))
+    assert sorted((r["op"], r["dtype"], r["algo"], r["count"], r["inplace"]) for r in rows) == want
+    assert all(r["size_bytes"] == r["count"] * C.DTYPE_SIZE[r["dtype"]] and r["nranks"] == nranks for r in rows)
 
 
 @pytest.mark.parametrize("nranks", [2, 4])
@@ -103,6 +112,14 @@ def test_library_collectives_exact(tmp_path, nranks, command):
     assert p.returncode == 0, p.stderr
     rows = _json_rows(out)
     _all_correct(rows, 2)
+    # -b 8 -e 1M -f 16: 5 sizes per dtype and mode; RS/AG in whole blocks of N elements (at least
+    # one element per rank), broadcast one buffer, in place only
+    modes = (True,) if command == "broadcast" else (False, True)
+    per_rank = {d: [max(1, s // (C.DTYPE_SIZE[d] * (1 if command == "broadcast" else nranks)))
+                    for s in (8, 128, 2048, 32768, 524288)] for d in C.DTYPES}
+    want = sorted((d, c, m) for d in C.DTYPES for c in per_rank[d] for m in modes)
+    assert sorted((r["dtype"], r["count"], r["inplace"]) for r in rows) == want
+    assert {(r["collective"], r["nranks"]) for r in rows} == {(command, nranks)}
     factor = 1.0 if command == "broadcast" else (nranks - 1) / nranks
     for r in rows:
         assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * factor)
@@ -126,11 +143,15 @@ def test_fit_cli_two_ranks(tmp_path):
                 "-w", "1", "--mode", "in", "--json", str(out), nranks=2)
     assert p.returncode == 0, p.stderr
     assert "alpha-beta fit" in p.stdout and "predicted vs measured" in p.stdout
-    fits = json.loads(out.read_text())["summary"]["fit"]
+    doc = json.loads(out.read_text())
+    fits = doc["summary"]["fit"]
     assert {f["algo"] for f in fits} == {"library", "ring"}
     for f in fits:
         assert f["gamma_us_per_byte"] > 0 and f["nranks"] == 2
         assert [pt["size_bytes"] for pt in f["points"]] == [65536, 262144, 1048576, 4194304]
+        # the points it fitted are the run's own in-place rows of that algorithm
+        times = {r["size_bytes"]: r["time_us"] for r in doc["rows"] if r["algo"] == f["algo"] and r["inplace"]}
+        assert {pt["size_bytes"]: pt["measured_us"] for pt in f["points"]} == pytest.approx(times, rel=1e-9)
         check_fit(f)
 
 

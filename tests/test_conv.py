@@ -4,6 +4,7 @@ lists, the result object and the CLI's contract."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -174,13 +175,30 @@ def test_cli_conv_json(tmp_path):
     row = doc["rows"][0]
     assert (row["n"], row["c"], row["h"], row["w"], row["k"], row["p"], row["q"]) == (2, 8, 9, 9, 4, 9, 9)
     assert row["wrong"] == 0 and len(row["samples_us"]) == 3
+    for r in doc["rows"]:  # every pass checked and timed, at 2·N·K·C·R·S·P·Q / t
+        _measured(r, flops=2 * 2 * 4 * 8 * 3 * 3 * 9 * 9)
 
 
-def test_cli_conv_layer_and_net():
+def _measured(row: dict, flops: float) -> None:
+    """A conv row's result: no wrong element within its tolerance, its time the median of its
+    samples, and its TFLOP/s `flops` over that time."""
+    assert row["wrong"] == 0 and row["max_rel_error"] <= row["tolerance"], row
+    assert row["time_us"] > 0 and row["time_us"] == pytest.approx(statistics.median(row["samples_us"]), rel=1e-9)
+    assert row["tflops"] == pytest.approx(flops / (row["time_us"] * 1e-6) / 1e12, rel=1e-9), row
+
+
+def test_cli_conv_layer_and_net(tmp_path):
+    out = tmp_path / "c.json"
     p = run_cli("conv", "--device", "cpu", "--layer", "alexnet/conv4", "-n", "1", "--pass", "fwd", "--iters", "1",
-                "--warmup", "0")
+                "--warmup", "0", "--json", str(out))
     assert p.returncode == 0, p.stderr
     assert "alexnet/conv4" in p.stdout and "TFLOP/s" in p.stdout
+    (row,) = json.loads(out.read_text())["rows"]
+    # AlexNet's conv4 (Krizhevsky et al.): 384 -> 384 channels, 3x3, 13x13, pad 1, in 2 groups
+    geometry = (row["layer"], row["pass"], row["n"], row["c"], row["h"], row["w"], row["k"], row["r"], row["s"],
+                row["p"], row["q"], row["groups"])
+    assert geometry == ("alexnet/conv4", "fwd", 1, 384, 13, 13, 384, 3, 3, 13, 13, 2)
+    _measured(row, flops=2 * 1 * 384 * (384 // 2) * 3 * 3 * 13 * 13)
     p = run_cli("conv", "--list")
     assert p.returncode == 0 and "resnet50/layer1.0.conv2" in p.stdout and "googlenet/inception_3a/5x5" in p.stdout
     p = run_cli("conv", "--net", "alexnet", "--list")
@@ -192,15 +210,22 @@ def test_cli_conv_layer_and_net():
     assert names == [lay.name for lay in conv_layers.of_net("alexnet")]  # only the network asked for
 
 
-def test_cli_conv_lists_and_measures_a_users_net():
+def test_cli_conv_lists_and_measures_a_users_net(tmp_path):
     p = run_cli("conv", "--net", str(USER_NET), "--list")
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == "convnet: 3 distinct shapes, 3 convolutions"
     assert "convnet/conv3" in p.stdout and "groups 2" in p.stdout
+    out = tmp_path / "c.json"
     p = run_cli("conv", "--device", "cpu", "--net", str(USER_NET), "-n", "2", "--pass", "fwd", "--iters", "1",
-                "--warmup", "0")
+                "--warmup", "0", "--json", str(out))
     assert p.returncode == 0, p.stderr
     assert "convnet/conv1" in p.stdout and "convnet/conv3" in p.stdout
+    rows = json.loads(out.read_text())["rows"]
+    # one forward row per distinct layer of the user's net, each checked and timed, at batch 2
+    assert [(r["layer"], r["pass"], r["n"]) for r in rows] == [(f"convnet/conv{i}", "fwd", 2) for i in (1, 2, 3)]
+    for r in rows:
+        _measured(r, flops=2 * r["n"] * r["k"] * (r["c"] // r["groups"]) * r["r"] * r["s"] * r["p"] * r["q"])
+    assert rows[2]["groups"] == 2 and (rows[2]["h"], rows[2]["c"]) == (8, 8)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import platform
+import statistics
 
 import numpy as np
 import pytest
@@ -90,6 +92,10 @@ def test_cli_gemm_json(tmp_path):
     (row,) = doc["rows"]
     assert (row["m"], row["n"], row["k"]) == (64, 48, 32) and len(row["samples_us"]) == 4
     assert "blas" in doc["env"] and doc["env"]["world_size"] == 1
+    # the result: checked (no wrong element, within the float32 tolerance), timed, and its rate 2mnk/t
+    assert row["wrong"] == 0 and row["max_rel_error"] <= row["tolerance"] == pytest.approx(2e-5)
+    assert row["time_us"] == pytest.approx(statistics.median(row["samples_us"]), rel=1e-9) and row["time_us"] > 0
+    assert row["tflops"] == pytest.approx(2 * 64 * 48 * 32 / (row["time_us"] * 1e-6) / 1e12, rel=1e-9)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -127,6 +133,12 @@ def test_cli_json_not_written_on_bad_run(tmp_path):
     assert p.returncode == 2 and not out.exists()
 
 
-def test_cli_env_runs():
-    p = run_cli("env")
+def test_cli_env_runs(tmp_path):
+    out = tmp_path / "env.json"
+    p = run_cli("env", "--json", str(out))
     assert p.returncode == 0 and "blas" in p.stdout and "mpi" in p.stdout
+    # what env is for: the versions and the machine, as this process sees them
+    env = json.loads(out.read_text())["env"]
+    assert env["gdlbench"] == gdlbench.__version__ and env["python"] == platform.python_version()
+    assert env["blas"].startswith("OpenBLAS") and env["mpi"] and env["world_size"] == 1
+    assert env["blas_threads"] >= 1 and env["cpu_cores"] >= 1

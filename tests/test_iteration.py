@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,24 @@ def test_iteration_api_one_rank():
     assert {row["phase"] for row in rows} >= {"forward", "backward", "update", "iteration", "message"}
 
 
+def _composed_numbers(doc: dict, batch: int, workers: int) -> list[dict]:
+    """The composed iteration rows' figures, each derived from its own samples: time the median,
+    images/s the batch over it (times the workers in total), the error the prediction's against
+    it, and the summary's per-strategy figures the rows'."""
+    its = [r for r in doc["rows"] if r["phase"] == "iteration"]
+    assert its
+    summary = doc["summary"]
+    for r in its:
+        name, t = r["strategy"], r["time_us"]
+        assert t > 0 and t == pytest.approx(statistics.median(r["samples_us"]), rel=1e-9), r
+        assert r["images_per_s"] == pytest.approx(batch / (t * 1e-6), rel=1e-9)
+        assert r["images_per_s_total"] == pytest.approx(workers * r["images_per_s"], rel=1e-9)
+        assert r["predicted_us"] > 0 and r["error_pct"] == pytest.approx(100 * (r["predicted_us"] - t) / t, rel=1e-9)
+        assert (summary["measured_us"][name], summary["predicted_us"][name], summary["error_pct"][name]) == \
+            (t, r["predicted_us"], r["error_pct"])
+    return its
+
+
 def test_phases_json_round_trip_into_the_model(tmp_path):
     out = tmp_path / "it.json"
     p = run_cli("iteration", "--net", MLP, "--batch", "4", "--no-io", "--strategy", "serial", "--iters", "2",
@@ -66,6 +85,7 @@ def test_phases_json_round_trip_into_the_model(tmp_path):
     assert phases.batch == 4 and phases.forward_us > 0 and len(phases.layer_forward_us) == 6
     assert "error_pct" in doc["summary"] and "serial" in doc["summary"]["predicted_us"]
     assert doc["summary"]["error_se_pct"]["serial"] >= 0
+    assert [r["strategy"] for r in _composed_numbers(doc, batch=4, workers=1)] == ["serial"]
     pred = tmp_path / "p.json"
     q = run_cli("predict", "--net", MLP, "--phases", str(out), "--workers", "1,2,4", "--alpha", "5", "--beta", "0.0001",
                 "--strategy", "serial", "--json", str(pred))
@@ -126,6 +146,7 @@ def test_cli_two_ranks_compares_strategies(tmp_path):
     its = [r for r in doc["rows"] if r["phase"] == "iteration"]
     assert [r["strategy"] for r in its] == ["serial", "wfbp", "wfbp-fusion"]
     assert all(r["images_per_s_total"] == pytest.approx(2 * r["images_per_s"]) for r in its)
+    assert _composed_numbers(doc, batch=4, workers=2) == its
     assert p.stdout.count("composed iteration per strategy") == 1  # rank 0 alone prints
     # contention measured only for the strategies that overlap, each with its own messages
     contention = doc["summary"]["contention"]
@@ -170,6 +191,8 @@ def test_first_screen_of_a_users_net(tmp_path):
     doc = json.loads(out.read_text())
     assert [r["strategy"] for r in doc["rows"] if r["phase"] == "iteration"] == ["serial"]
     assert doc["summary"]["rounds"] == 3 and doc["args"]["strategy"] == "serial"
+    (it,) = _composed_numbers(doc, batch=2, workers=1)
+    assert len(it["samples_us"]) == 3  # one composed iteration per round
     full = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--iters", "2", "--warmup", "0", "--device", "cpu",
                    "--no-io", "--full")
     assert full.returncode == 0, full.stderr

@@ -296,6 +296,12 @@ def test_cli_layer_json(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [(r["layer"], r["phase"]) for r in rows] == [("alexnet-loss", "fwd"), ("alexnet-loss", "bwd-data"),
                                                        ("resnet50-avgpool", "fwd"), ("resnet50-avgpool", "bwd-data")]
+    # each timed, its GB/s its input's bytes over its time: AlexNet's 1000 class scores and ResNet-50's
+    # 2048 x 7 x 7 features before the pool, fp32, batch 2
+    for r in rows:
+        in_bytes = 2 * 4 * (1000 if r["layer"] == "alexnet-loss" else 2048 * 7 * 7)
+        assert r["batch"] == 2 and len(r["samples_us"]) == 2 and r["time_us"] > 0
+        assert r["input_gbs"] == pytest.approx(in_bytes / r["time_us"] / 1e3, rel=1e-9), r
     sp = '{"type": "relu", "in_shapes": [[4, 3, 3]], "out_shape": [4, 3, 3]}'
     out2 = tmp_path / "s.json"
     p = run_cli("layer", "--spec", sp, "-b", "2", "-n", "2", "--device", "cpu", "--json", str(out2))

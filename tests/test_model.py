@@ -445,11 +445,24 @@ def test_cli_predict_from_fit_and_plots(tmp_path, phases_file, capsys):
     pngs = [tmp_path / f"{k}.png" for k in ("s", "b", "t")]
     code = main(["predict", "--phases", str(phases_file), "--from", str(fit), "--workers", "1,4,16",
                  "--csv", str(tmp_path / "p.csv"), "--plot", str(pngs[0]), "--plot-breakdown", str(pngs[1]),
-                 "--plot-timeline", str(pngs[2]), "--plot-strategy", "caffe-mpi"])
+                 "--plot-timeline", str(pngs[2]), "--plot-strategy", "caffe-mpi", "--json", str(tmp_path / "p.json")])
     assert code == 0, capsys.readouterr().err
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "p.csv").read_text().count("\n") == 1 + 3 * len(PRESETS)
+    # the prediction is the fit's: serial sends its messages one after another after backward, each
+    # a ring all-reduce of 2(N-1) alpha + 2(N-1)/N bytes beta, with alpha 5 us and beta 1e-4 us/B
+    doc = json.loads((tmp_path / "p.json").read_text())
+    model = doc["summary"]["comm_model"]
+    assert (model["alpha_us"], model["beta_us_per_byte"], model["formula"]) == (5, 1e-4, "ring")
+    assert {(r["strategy"], r["workers"]) for r in doc["rows"]} == {(s, n) for s in PRESETS for n in (1, 4, 16)}
+    serial = {r["workers"]: r for r in doc["rows"] if r["strategy"] == "serial"}
+    gbytes = doc["summary"]["gradient_bytes"]
+    for n in (4, 16):
+        ring = serial[n]["messages"] * 2 * (n - 1) * 5 + 2 * (n - 1) / n * gbytes * 1e-4
+        assert serial[n]["comm_us"] == pytest.approx(ring, rel=1e-9)
+        assert serial[n]["t_iter_us"] == pytest.approx(serial[1]["t_iter_us"] + serial[n]["comm_exposed_us"], rel=1e-9)
+    assert serial[1]["comm_us"] == 0 and serial[1]["speedup"] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -622,6 +635,16 @@ def test_cli_predict_measures_the_phases_on_the_spot(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["summary"]["phases"]["source"].startswith("measured on the spot")
     assert [r["workers"] for r in doc["rows"]] == [1, 4]
+    # the measured phases are real times, and the prediction prices them with the link given:
+    # serial on 4 workers adds each message's ring all-reduce, 2(N-1) alpha + 2(N-1)/N bytes / 10 GB/s
+    one, four = doc["rows"]
+    assert all(one[k] > 0 for k in ("forward_us", "backward_us", "update_us")) and one["batch"] == 2
+    assert one["comm_us"] == 0 and one["t_iter_us"] >= one["forward_us"] + one["backward_us"]
+    ring = four["messages"] * 2 * 3 * 5 + 2 * 3 / 4 * doc["summary"]["gradient_bytes"] / 10e3
+    assert four["comm_us"] == pytest.approx(ring, rel=1e-9)
+    assert four["t_iter_us"] == pytest.approx(one["t_iter_us"] + four["comm_exposed_us"], rel=1e-9)
+    assert four["speedup"] == pytest.approx(4 * one["t_iter_us"] / four["t_iter_us"], rel=1e-9)
+    assert four["images_per_s"] == pytest.approx(4 * 2 / (four["t_iter_us"] * 1e-6), rel=1e-9)
 
 
 def test_overlap_efficiency_zero_hides_nothing():

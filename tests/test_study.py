@@ -432,6 +432,11 @@ def test_compress_command_checks_top_k_against_numpy(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["wrong"] for r in rows] == [0, 0] and all(r["encode_us_per_byte"] > 0 for r in rows)
     assert rows[0]["kept"] == 50_000 and rows[1]["kept"] == 5_000
+    # the COST predict --compress takes: the median encode time per dense byte of 1M fp32 values
+    for r in rows:
+        assert r["size_bytes"] == 4_000_000 and r["time_us"] > 0
+        assert r["encode_us_per_byte"] == pytest.approx(r["time_us"] / 4_000_000, rel=1e-9)
+        assert r["gbs"] == pytest.approx(4_000_000 / r["time_us"] / 1e3, rel=1e-9)
 
 
 if __name__ == "__main__":

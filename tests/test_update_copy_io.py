@@ -115,6 +115,14 @@ def test_cli_update_json(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["command"] == "update" and doc["rows"][0]["params"] == 20_000 and "ratio" in doc["summary"]
     assert "x the copy bandwidth" in " ".join(p.stdout.split())  # the caption wraps with the table
+    # the update exact, both rows moving the same 20 B per parameter, GB/s = bytes / median time,
+    # and the ratio the one of the two
+    upd, copy = doc["rows"]
+    assert (upd["op"], copy["op"], upd["wrong"]) == ("sgd-update", "copy (reference)", 0)
+    assert upd["bytes_moved"] == copy["bytes_moved"] == 20 * 20_000
+    for r in (upd, copy):
+        assert r["time_us"] > 0 and r["gbs"] == pytest.approx(r["bytes_moved"] / r["time_us"] / 1e3, rel=1e-9)
+    assert doc["summary"]["ratio"] == pytest.approx(upd["gbs"] / copy["gbs"], rel=1e-9) == upd["vs_copy"]
 
 
 def test_cli_copy_json(tmp_path):
@@ -125,6 +133,9 @@ def test_cli_copy_json(tmp_path):
     doc = json.loads(out.read_text())
     assert [r["direction"] for r in doc["rows"]] == ["h2d", "d2h", "d2d"]
     assert all(r["wrong"] == 0 and r["size_bytes"] == 2_000_000 for r in doc["rows"])
+    for r in doc["rows"]:  # GB/s of one copy: a sample holds copies_per_sample copies
+        assert r["time_per_copy_us"] == pytest.approx(r["time_us"] / r["copies_per_sample"], rel=1e-9)
+        assert r["time_us"] > 0 and r["gbs"] == pytest.approx(2_000_000 / r["time_per_copy_us"] / 1e3, rel=1e-9)
     assert "stands in" in p.stdout and doc["notes"]
 
 
@@ -135,9 +146,18 @@ def test_cli_io_json(tmp_path):
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     assert [r["op"] for r in doc["rows"]] == ["read+decode", "read"] and doc["summary"]["generated"]
+    # 4 real 64x48 JPEGs; a batch of 2 per sample: images/s = 2 / median time, MB/s from the files' size
+    assert doc["summary"]["images"] == 4 and doc["summary"]["total_bytes"] > 4 * 100
+    for r in doc["rows"]:
+        assert (r["batch"], r["images"], r["width"], r["height"]) == (2, 4, 64, 48)
+        assert r["mean_file_bytes"] == pytest.approx(doc["summary"]["total_bytes"] / 4)
+        assert r["time_us"] > 0 and r["images_per_s"] == pytest.approx(2 / (r["time_us"] * 1e-6), rel=1e-9)
+        assert r["mb_per_s"] == pytest.approx(r["images_per_s"] * r["mean_file_bytes"] / 1e6, rel=1e-9)
     p = run_cli("io", "--dir", str(tmp_path / "ds"), "--images", "4", "--batch", "2", "--size", "64x48",
-                "--no-decode", "-n", "2")
+                "--no-decode", "-n", "2", "--json", str(out))
     assert p.returncode == 0 and "reused" in p.stdout, p.stderr
+    doc = json.loads(out.read_text())
+    assert [r["op"] for r in doc["rows"]] == ["read"] and doc["summary"]["generated"] is False
 
 
 @pytest.mark.parametrize("argv, message", [
