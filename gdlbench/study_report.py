@@ -276,8 +276,8 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
            ("How to read this report", "how-to-read"), ("The strategies", "strategies"),
            ("Machine, versions and how to reproduce", "provenance"), ("Communication fit", "fit"),
            *([("All-reduce bandwidth by message size", "bandwidth")] if quoted["bandwidth"] else []),
-           *(entry for net in cfg["nets"] for entry in
-             ((net, net), *([(f"{net}: slowest layers and messages", f"{net}-slowest")] if net in quoted["nets"] else []))),
+           *(entry for net in cfg["nets"] for entry in ((net, net), (f"{net}: slowest layers and messages",
+                                                                       f"{net}-slowest"))),
            ("Notes", "notes")]
     doc.add(Heading(2, "Contents", "contents"))
     doc.add(Items([[Link(t, a)] for t, a in toc], ordered=True))
@@ -330,7 +330,7 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
     _fit(doc, an)
     _bandwidth(doc, an, quoted["bandwidth"])
     for net in cfg["nets"]:
-        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"].get(net))
+        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"][net])
     doc.add(Heading(2, "Notes", "notes"))
     doc.add(Items([[n] for n in an.get("notes", [])]))
     return doc
@@ -484,7 +484,7 @@ def _bandwidth(doc: Doc, an: Mapping[str, Any], rows: list[dict[str, Any]]) -> N
 
 
 def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, Any],
-                 slowest: Mapping[str, Any] | None) -> None:
+                 slowest: Mapping[str, Any]) -> None:
     base = f"{_NETS}/{net}"
     doc.add(Heading(2, f"{net}: batch {na['batch']} per worker", net))
     n = na["measured_workers"]
@@ -520,8 +520,7 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
                   "composes them: ", Code(f"cells/trace-{net}.json"), " (Chrome trace format: open it in "
                   "ui.perfetto.dev or chrome://tracing)."]))
     doc.add(Image(f"img/timeline-{net}.png", f"{net}: measured timeline per strategy"))
-    if slowest:
-        _slowest(doc, net, slowest)
+    _slowest(doc, net, slowest)
     doc.add(Heading(3, "Scaling"))
     doc.add(Image(f"img/scaling-{net}.png", f"{net}: throughput and efficiency against workers"))
     strategies = list(dict.fromkeys(r["strategy"] for r in na["predictions"]))
