@@ -2,7 +2,8 @@
 self-contained HTML page (images embedded as data URIs, no script, no network, readable on a
 phone) and as Markdown with PNG files. Both come from the same blocks, so they hold the same
 content. Every number is a `Num` that names the JSON field it shows (a JSON pointer into
-study.json; in the HTML its `data-src`), so any number can be traced and checked."""
+study.json; in the HTML its `data-src`), so any number can be traced and checked: the cells' rows
+the report shows beyond the analysis are copied into study.json's report.quoted (quote_cells)."""
 
 from __future__ import annotations
 
@@ -256,7 +257,8 @@ def _ips(value: float | None, src: str) -> Num:
     return Num(value, src, "{:,.1f}" if value is not None and value < 1e4 else "{:,.0f}")
 
 
-def build_document(index: Mapping[str, Any]) -> Doc:
+def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
+    """The report's blocks from the index and the rows it quotes from the cells (quote_cells)."""
     cfg, an, env, prov = index["config"], index["analysis"], index.get("env", {}), index.get("provenance", {})
     n_meas = cfg["world_size"]
     doc = Doc(f"gdlbench study: {', '.join(cfg['nets'])} on {n_meas} rank(s), {cfg['device']}")
@@ -273,7 +275,10 @@ def build_document(index: Mapping[str, Any]) -> Doc:
     toc = [("Headline", "headline"), ("What was measured, what is assumed", "scope"), ("Verdicts", "verdicts"),
            ("How to read this report", "how-to-read"), ("The strategies", "strategies"),
            ("Machine, versions and how to reproduce", "provenance"), ("Communication fit", "fit"),
-           *((f"{net}", net) for net in cfg["nets"]), ("Notes", "notes")]
+           *([("All-reduce bandwidth by message size", "bandwidth")] if quoted["bandwidth"] else []),
+           *(entry for net in cfg["nets"] for entry in ((net, net), (f"{net}: slowest layers and messages",
+                                                                       f"{net}-slowest"))),
+           ("Notes", "notes")]
     doc.add(Heading(2, "Contents", "contents"))
     doc.add(Items([[Link(t, a)] for t, a in toc], ordered=True))
     _headline(doc, an)
@@ -323,8 +328,9 @@ def build_document(index: Mapping[str, Any]) -> Doc:
     _strategies(doc, an)
     _provenance(doc, index, cfg, env, prov)
     _fit(doc, an)
+    _bandwidth(doc, an, quoted["bandwidth"])
     for net in cfg["nets"]:
-        _net_section(doc, net, an["nets"][net], cfg)
+        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"][net])
     doc.add(Heading(2, "Notes", "notes"))
     doc.add(Items([[n] for n in an.get("notes", [])]))
     return doc
@@ -446,7 +452,39 @@ def _fit(doc: Doc, an: Mapping[str, Any]) -> None:
                   " per dense byte, measured by ", Code("gdlbench compress"), " (cells/compress.json)."]))
 
 
-def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+def _bandwidth(doc: Doc, an: Mapping[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The fit cell's all-reduce rows as nccl-tests prints them, per algorithm, beside its fit line."""
+    if not rows:
+        return
+    base = "/report/quoted/bandwidth"
+    doc.add(Heading(3, "All-reduce bandwidth by message size", "bandwidth"))
+    doc.add(Para(["What the fit above was fitted to: each size's median time over the timed runs, as ",
+                  Code("gdlbench allreduce"), " (and nccl-tests) prints it: algbw = size / time, busbw = algbw x "
+                  "2(N-1)/N (the bytes each rank's link carries); fit: the time the fitted line gives at that size "
+                  "(rows of cells/allreduce-fit.json)."]))
+    fits = {f["algo"]: i for i, f in enumerate(an.get("fit") or [])}
+    for algo in dict.fromkeys(r["algo"] for r in rows):
+        mine = [(k, r) for k, r in enumerate(rows) if r["algo"] == algo]
+        line: list[Part] = [Code(algo)]
+        if algo in fits:
+            p = f"/analysis/fit/{fits[algo]}"
+            f = an["fit"][fits[algo]]
+            line += [": fit line alpha = ", Num(f["alpha_us"], f"{p}/alpha_us", "{:.2f}", 1.0, " us"), ", beta = ",
+                     Num(f["beta_us_per_byte"], f"{p}/beta_us_per_byte", "{:.4f}", 1e3, " ns/B"), " (1/beta = ",
+                     Num(f["link_gbs"], f"{p}/link_gbs", "{:.2f}", 1.0, " GB/s"), ") in its largest regime"]
+        doc.add(Para([*line, f" ({mine[0][1]['nranks']} ranks, {mine[0][1]['dtype']}, sum):"]))
+        doc.add(Table(["size (B)", "count", "time (us)", "algbw", "busbw", "fit (us)"],
+                      [[Num(r["size_bytes"], f"{base}/{k}/size_bytes", "{:,.0f}"),
+                        Num(r["count"], f"{base}/{k}/count", "{:,.0f}"),
+                        Num(r["time_us"], f"{base}/{k}/time_us", "{:,.1f}"),
+                        Num(r["algbw_gbs"], f"{base}/{k}/algbw_gbs", "{:.3f}"),
+                        Num(r["busbw_gbs"], f"{base}/{k}/busbw_gbs", "{:.3f}"),
+                        Num(r["fit_us"], f"{base}/{k}/fit_us", "{:,.1f}")]
+                       for k, r in mine], f"count: {mine[0][1]['dtype']} elements; algbw and busbw in GB/s"))
+
+
+def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, Any],
+                 slowest: Mapping[str, Any]) -> None:
     base = f"{_NETS}/{net}"
     doc.add(Heading(2, f"{net}: batch {na['batch']} per worker", net))
     n = na["measured_workers"]
@@ -482,6 +520,7 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
                   "composes them: ", Code(f"cells/trace-{net}.json"), " (Chrome trace format: open it in "
                   "ui.perfetto.dev or chrome://tracing)."]))
     doc.add(Image(f"img/timeline-{net}.png", f"{net}: measured timeline per strategy"))
+    _slowest(doc, net, slowest)
     doc.add(Heading(3, "Scaling"))
     doc.add(Image(f"img/scaling-{net}.png", f"{net}: throughput and efficiency against workers"))
     strategies = list(dict.fromkeys(r["strategy"] for r in na["predictions"]))
@@ -508,6 +547,60 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
                   "strategy as predicted (weak scaling). Stars in the figure: measured; the shaded region of the "
                   "figure is beyond the measured scale"))
     _what_ifs(doc, net, na, scales)
+
+
+def _slowest(doc: Doc, net: str, q: Mapping[str, Any]) -> None:
+    """The net's slowest layers and the winner's slowest messages, as a profiler lists them."""
+    base = f"/report/quoted/nets/{net}"
+    doc.add(Heading(3, "Slowest layers and messages", f"{net}-slowest"))
+    doc.add(Para([f"The layers that take the longest, forward + backward, each timed alone (the per-layer rows of "
+                  f"{q['source']}), as a profiler's operator table lists them:"]))
+    rows: list[list[Part]] = [[la["layer"], la["type"], _ms_fine(la["forward_us"], f"{base}/layers/{i}/forward_us"),
+                               _ms_fine(la["backward_us"], f"{base}/layers/{i}/backward_us"),
+                               _pct(la["share_pct"], f"{base}/layers/{i}/share_pct", signed=False)]
+                              for i, la in enumerate(q["layers"])]
+    rest = q["other_layers"]
+    if rest["count"]:
+        rows.append([f"{rest['count']} more", "", _ms_fine(rest["forward_us"], f"{base}/other_layers/forward_us"),
+                     _ms_fine(rest["backward_us"], f"{base}/other_layers/backward_us"),
+                     _pct(rest["share_pct"], f"{base}/other_layers/share_pct", signed=False)])
+    doc.add(Table(["layer", "type", "forward", "backward", "share"], rows,
+                  "each layer's median over the rounds, timed alone; share: of compute, the sum of every layer's "
+                  "forward + backward"))
+    if not q["messages"]:
+        return
+    tie = [s for s in q["tied"] if s != q["strategy"]]
+    doc.add(Para([f"The messages of the winner at N = {q['workers']} (", Code(q["strategy"]),
+                  f", tied with {', '.join(tie)}" if tie else "",
+                  "), the slowest first, each timed alone (as the model prices them):"]))
+    rows = [[Num(m["message"], f"{base}/messages/{i}/message", "{:.0f}"),
+             _bytes(m["size_bytes"], f"{base}/messages/{i}/size_bytes"),
+             _ms_fine(m["time_us"], f"{base}/messages/{i}/time_us"),
+             _pct(m["share_pct"], f"{base}/messages/{i}/share_pct", signed=False), _names(m["layers"])]
+            for i, m in enumerate(q["messages"])]
+    rest = q["other_messages"]
+    if rest["count"]:
+        rows.append([f"{rest['count']} more", _bytes(rest["size_bytes"], f"{base}/other_messages/size_bytes"),
+                     _ms_fine(rest["time_us"], f"{base}/other_messages/time_us"),
+                     _pct(rest["share_pct"], f"{base}/other_messages/share_pct", signed=False), ""])
+    doc.add(Table(["message", "size", "time alone", "share", "layers it carries"], rows,
+                  "message: its place in the sending order; time: its median over the rounds, sent alone; share: of "
+                  "communication, the sum of every message's time alone"))
+
+
+def _ms_fine(value: float, src: str) -> Num:
+    """Milliseconds to 1 decimal from 10 ms, 2 from 1 ms, else 3 (a small layer's time shows)."""
+    return _ms(value, src, 1 if value >= 1e4 else 2 if value >= 1e3 else 3)
+
+
+def _bytes(value: float, src: str) -> Num:
+    unit, scale = next(((u, s) for u, s in ((" MB", 1e-6), (" kB", 1e-3)) if value * s >= 1), (" B", 1.0))
+    return Num(value, src, "{:,.1f}" if scale < 1 else "{:.0f}", scale, unit)
+
+
+def _names(layers: list[str], shown: int = 3) -> str:
+    more = len(layers) - shown
+    return ", ".join(layers[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def _what_ifs(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int]) -> None:
@@ -540,6 +633,60 @@ def _what_ifs(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int]) -> N
                         [f"# now: {w['base_images_per_s']:,.1f} images/s", w["base_command"],
                          *(line for r in w["ranked"] for line in (f"# {r['what']}: {r['gain_pct']:+.1f} %",
                                                                    r["command"]))]))
+
+
+# ---------------------------------------------------------------------------------------------
+# What the report quotes from the cells
+
+TOP = 8  # rows of a slowest-first table; the rest are summed in one row
+
+
+def quote_cells(root: Path, index: Mapping[str, Any]) -> dict[str, Any]:
+    """The cells' rows the report shows beyond the analysis, copied into study.json (report.quoted)
+    so every number traces to a field there: the fit cell's all-reduce rows (each with the time the
+    fit gives at its size, and its row in the cell), and per net its slowest layers (the iteration
+    cell's per-layer rows) and the slowest messages of the strategy that won where it was measured."""
+    out: dict[str, Any] = {"bandwidth": [], "nets": {}}
+    fit_file = root / "cells/allreduce-fit.json"
+    if fit_file.is_file():
+        cell = json.loads(fit_file.read_text())
+        fits = cell["summary"].get("fit") or []
+        fits = fits.get("whole", []) if isinstance(fits, dict) else fits  # several nodes: the whole communicator
+        line = {(f["algo"], p["size_bytes"]): p["predicted_us"] for f in fits for p in f.get("points", [])}
+        out["bandwidth"] = [{**{k: r.get(k) for k in ("algo", "size_bytes", "count", "dtype", "nranks", "time_us",
+                                                        "algbw_gbs", "busbw_gbs", "wrong")},
+                             "fit_us": line.get((r["algo"], r["size_bytes"])), "row": i}
+                            for i, r in enumerate(cell["rows"]) if r.get("collective") == "allreduce"]
+    for net, na in index["analysis"]["nets"].items():
+        cell = json.loads((root / na["phases_file"]).read_text())
+        layers: dict[str, dict[str, Any]] = {}
+        for r in cell["rows"]:
+            if "layer" in r:
+                la = layers.setdefault(r["layer"], {"layer": r["layer"], "type": r["type"]})
+                la[f"{r['phase']}_us"] = r["time_us"]
+        for la in layers.values():
+            la["total_us"] = la["forward_us"] + la["backward_us"]
+        measured = next((v for v in na["verdicts"] if v["source"] == "measured"), None)
+        winner = measured["winner"] if measured else None
+        messages = [{"message": r["message"], "size_bytes": r["size_bytes"], "time_us": r["time_us"],
+                     "layers": r["layers"]} for r in cell["rows"]
+                    if r.get("phase") == "message" and r.get("strategy") == winner]
+        out["nets"][net] = {"source": na["phases_file"], "strategy": winner, "workers": na["measured_workers"],
+                            "tied": measured["tied"] if measured else [],
+                            **_top("layers", list(layers.values()), "total_us", ("forward_us", "backward_us")),
+                            **_top("messages", messages, "time_us", ("size_bytes", "time_us"))}
+    return out
+
+
+def _top(name: str, rows: list[dict[str, Any]], key: str, summed: tuple[str, ...]) -> dict[str, Any]:
+    """The TOP rows with the largest `key`, each with its share of the whole in %, and the others
+    summed (`summed` fields, their count and share)."""
+    total = sum(r[key] for r in rows) or 1.0
+    ranked = sorted(rows, key=lambda r: r[key], reverse=True)
+    rest = ranked[TOP:]
+    return {name: [{**r, "share_pct": 100.0 * r[key] / total} for r in ranked[:TOP]],
+            f"other_{name}": {"count": len(rest), **{k: sum(r[k] for r in rest) for k in summed},
+                              "share_pct": 100.0 * sum(r[key] for r in rest) / total}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -617,9 +764,10 @@ def shrink_png(path: Path) -> None:
 def write_report(root: Path, index: Mapping[str, Any]) -> dict[str, Any]:
     """Figures, report.html and report.md; returns what was written (for the index)."""
     images, figures = draw_figures(root, index)
-    doc = build_document(index)
+    quoted = quote_cells(root, index)
+    doc = build_document(index, quoted)
     doc.blocks = [b for b in doc.blocks if not isinstance(b, Image) or (root / b.file).is_file()]
     write_atomic(root / "report.md", render_markdown(doc))
     write_atomic(root / "report.html", render_html(doc, root))
-    return {"html": "report.html", "markdown": "report.md", "images": images, "figures": figures,
+    return {"html": "report.html", "markdown": "report.md", "images": images, "figures": figures, "quoted": quoted,
             "phase_groups": {k: list(v) for k, v in PHASE_GROUPS.items()}}

@@ -335,6 +335,55 @@ def test_the_same_iteration_shows_the_same_figure_everywhere(study_dir):
     assert "last timed" not in md and "the median round" in md
 
 
+def _section(html: str, anchor: str) -> str:
+    """The HTML from the heading with id `anchor` to the next heading."""
+    start = html.index(f' id="{anchor}"')
+    return html[start:re.search(r"<h[1-6][ >]", html[start + 1:]).start() + start + 1]
+
+
+def test_bandwidth_and_slowest_tables_show_the_cells_rows(study_dir):
+    """The all-reduce rows as nccl-tests prints them, and per net its slowest layers and the
+    winner's slowest messages: listed in the contents, each figure the cell's JSON field."""
+    index = json.loads((study_dir / "study.json").read_text())
+    html = (study_dir / "report.html").read_text()
+    toc = _section(html, "contents")
+    fit_cell = json.loads((study_dir / "cells/allreduce-fit.json").read_text())
+    parser = _Numbers()
+    parser.feed(_section(html, "bandwidth"))
+    shown = {src: text for src, _, text in parser.found}
+    assert 'href="#bandwidth"' in toc
+    quoted = index["report"]["quoted"]["bandwidth"]
+    assert {q["algo"] for q in quoted} == {"library", "ps"}  # every algorithm the fit measured
+    big = max((r for r in fit_cell["rows"] if r["algo"] == "library"), key=lambda r: r["size_bytes"])
+    k = next(k for k, q in enumerate(quoted) if q["algo"] == "library" and q["size_bytes"] == big["size_bytes"])
+    assert shown[f"/report/quoted/bandwidth/{k}/size_bytes"] == f"{big['size_bytes']:,}"
+    assert shown[f"/report/quoted/bandwidth/{k}/busbw_gbs"] == f"{big['busbw_gbs']:.3f}"
+    for q in quoted:
+        row = fit_cell["rows"][q["row"]]
+        assert all(q[f] == row[f] for f in ("size_bytes", "count", "time_us", "algbw_gbs", "busbw_gbs")), q
+    fit = next(f for f in index["analysis"]["fit"] if f["algo"] == "library")
+    assert f"alpha = {fit['alpha_us']:.2f} us" in re.sub(r"<[^>]+>", "", _section(html, "bandwidth"))
+    for net, na in index["analysis"]["nets"].items():
+        cell = json.loads((study_dir / na["phases_file"]).read_text())
+        total: dict[str, float] = {}
+        for r in cell["rows"]:
+            if "layer" in r:
+                total[r["layer"]] = total.get(r["layer"], 0.0) + r["time_us"]
+        section = _section(html, f"{net}-slowest")
+        assert f'href="#{net}-slowest"' in toc
+        layers = re.findall(r'<tr><td class="l">([^<]+)</td><td class="l">([^<]*)</td>', section)
+        assert layers[0][0] == max(total, key=total.__getitem__), (net, layers, total)
+        more = int(layers[-1][0].split()[0]) if layers[-1][0].endswith(" more") else 0
+        assert len(layers) - (1 if more else 0) + more == len(total), (net, layers)
+        winner = next(v for v in na["verdicts"] if v["source"] == "measured")["winner"]
+        messages = [r for r in cell["rows"] if r.get("phase") == "message" and r["strategy"] == winner]
+        slowest = max(messages, key=lambda r: r["time_us"])
+        parser = _Numbers()
+        parser.feed(section)
+        first = next(text for src, _, text in parser.found if src.endswith("/messages/0/message"))
+        assert int(first) == slowest["message"], (net, first, slowest)
+
+
 def test_killed_study_resumes_without_measuring_a_finished_cell_again(tmp_path):
     out = tmp_path / "s"
     cmd = [str(MPIEXEC), "-n", "2", *GDLBENCH_CMD, "study", "--out", str(out), *STUDY_ARGS]
