@@ -155,14 +155,15 @@ def test_study_predicts_on_a_two_level_cluster(study_dir, tmp_path):
 
 
 def test_several_nodes_price_the_scales_with_the_two_level_fit():
+    from gdlbench.prediction import CommSource
     from gdlbench.strategies import get_strategies
-    from gdlbench.study import Config, _comm_argv
+    from gdlbench.study import Config, _comm_source
 
     wfbp = get_strategies("wfbp")[0]
     cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True, nodes=2)
-    assert _comm_argv(cfg, wfbp) == ["--cluster", "cells/allreduce-fit.json"]
+    assert _comm_source(cfg, wfbp) == CommSource(cluster="cells/allreduce-fit.json")
     one_node = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True)
-    assert _comm_argv(one_node, wfbp)[:2] == ["--from", "cells/allreduce-fit.json"]
+    assert _comm_source(one_node, wfbp).from_file == "cells/allreduce-fit.json"
 
 
 def test_the_fit_covers_every_message_in_place_from_memory():
@@ -385,11 +386,12 @@ def test_study_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def _predict(*args: str) -> dict:
     from gdlbench import cli
-    from gdlbench.commands.predict import evaluate
+    from gdlbench.commands.predict import request_from_args
+    from gdlbench.prediction import evaluate
 
-    return evaluate(cli.build_parser().parse_args(["predict", "--net", "resnet50", "--strategy", "wfbp",
-                                                   "--alpha", "5", "--bandwidth", "10", "--workers", "16",
-                                                   *args])).rows[0]
+    return evaluate(request_from_args(cli.build_parser().parse_args(
+        ["predict", "--net", "resnet50", "--strategy", "wfbp", "--alpha", "5", "--bandwidth", "10", "--workers", "16",
+         *args]))).rows[0]
 
 
 @pytest.fixture()
