@@ -112,7 +112,9 @@ def test_every_report_number_traces_to_its_json_field(study_dir):
 def test_a_what_if_number_reproduces_with_its_predict_command(study_dir, tmp_path):
     index = json.loads((study_dir / "study.json").read_text())
     w = index["analysis"]["nets"]["mlp"]["what_ifs"][-1]
-    for entry in w["ranked"][:3]:
+    base = {"what": "base", "command": w["base_command"], "t_iter_us": w["base_t_iter_us"]}
+    assert not (study_dir / "strategies").exists()  # the bucket sweep is --fuse, not strategy files
+    for entry in [base, *w["ranked"]]:  # the fusion what-if among them on an all-reduce winner
         argv = entry["command"].split()[1:]
         out = tmp_path / "p.json"
         p = subprocess.run([*GDLBENCH_CMD, *argv, "--json", str(out)], capture_output=True, text=True,
