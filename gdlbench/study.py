@@ -201,8 +201,12 @@ class Cell:
         return [self.argv[i + 1] for i, a in enumerate(self.argv) if a in ("--json", "--trace")]
 
     def command(self, world_size: int) -> str:
-        launch = f"mpiexec -n {world_size} " if self.launcher and world_size > 1 else ""
-        return launch + "gdlbench " + shlex.join(self.argv)
+        return command_line(self.argv, world_size if self.launcher else 1)
+
+
+def command_line(argv: list[str], ranks: int = 1, launcher: str = "mpiexec") -> str:
+    """The shell command of `gdlbench ARGV`, under the launcher on more than one rank."""
+    return (f"{launcher} -n {ranks} " if ranks > 1 else "") + "gdlbench " + shlex.join(argv)
 
 
 def _common(cfg: Config) -> list[str]:
@@ -231,7 +235,8 @@ def plan_cells(cfg: Config) -> list[Cell]:
         net = load_network(cfg.net_spec(net_name))
         b = cfg.batch[net_name]
         argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
-                *_common(cfg), "--target-se", "0",  # every round the study asks for "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
+                *_common(cfg), "--target-se", "0",  # every round the study asks for
+                "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
                 "--json", f"cells/iteration-{net_name}.json", "--trace", f"cells/trace-{net_name}.json"]
         # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
         work = 3 * net.fwd_macs * b / 1e9 * (cfg.iters + cfg.warmup) * (3 + len(cfg.strategies))
@@ -313,7 +318,7 @@ def _run_command(runner: Commands, argv: list[str], root: Path, log: Path | None
     finally:
         os.chdir(cwd)
     if code:
-        raise RuntimeError(f"`gdlbench {shlex.join(argv)}` exited with {code}")
+        raise RuntimeError(f"`{command_line(argv)}` exited with {code}")
     if log is not None:
         write_atomic(log, out.getvalue())
 
@@ -326,8 +331,8 @@ def provenance(argv: list[str]) -> dict[str, str | int]:
                 "mpiexec (Hydra)" if "PMI_RANK" in os.environ or "HYDRA_CONTROL_FD" in os.environ else
                 "mpiexec (Open MPI)" if "OMPI_COMM_WORLD_RANK" in os.environ else "none (one process)")
     n = env.world().Get_size()
-    launch = ("srun" if launcher.startswith("srun") else "mpiexec") + f" -n {n} " if n > 1 else ""
-    return {"command": launch + "gdlbench " + shlex.join(argv), "launcher": launcher, "world_size": env.world().Get_size(),
+    return {"command": command_line(argv, n, "srun" if launcher.startswith("srun") else "mpiexec"),
+            "launcher": launcher, "world_size": n,
             "host": platform.node(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "gdlbench": __version__}
 

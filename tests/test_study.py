@@ -168,6 +168,16 @@ def test_several_nodes_price_the_scales_with_the_two_level_fit():
     assert _comm_source(one_node, wfbp).from_file == "cells/allreduce-fit.json"
 
 
+def test_iteration_cells_run_on_the_study_device_and_data():
+    """Each iteration cell names the study's --device and --io-dir (7333489 had commented them out)."""
+    from gdlbench.study import Config, plan_cells
+
+    cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 2], [2], 2, "cpu", 1, 0, None, True, io_dir="/data/jpeg")
+    argv = next(c for c in plan_cells(cfg) if c.kind == "iteration").argv
+    assert argv[argv.index("--device") + 1] == "cpu" and argv[argv.index("--io-dir") + 1] == "/data/jpeg"
+    assert "--target-se" in argv
+
+
 def test_the_fit_covers_every_message_in_place_from_memory():
     from gdlbench.study import Config, plan_cells
 
