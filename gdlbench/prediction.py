@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import cluster, env
+from .cluster import Cluster  # (CommSource's field `cluster` hides the module in its class body)
 from .collectives import SERVER_ALGOS
 from .errors import UsageError
 from .model import (
@@ -115,12 +116,12 @@ class CommSource:
         if self.algo and normalise_algo(self.algo) in SERVER_ALGOS:
             raise UsageError("--algo: ps is a strategy (--strategy ps/mxnet/tensorflow), not an all-reduce algorithm")
 
-    def two_level(self) -> cluster.Cluster | None:
+    def two_level(self) -> Cluster | None:
         """The two-level cluster of the cluster file, or of the shape and links; None when neither."""
         if self.cluster:
             c = cluster.load_cluster(self.cluster)
         elif self.per_node is not None and self.intra is not None and self.inter is not None:
-            c = cluster.Cluster(self.per_node, _link(self.intra, "intra"), _link(self.inter, "inter"),
+            c = Cluster(self.per_node, _link(self.intra, "intra"), _link(self.inter, "inter"),
                                 1 if self.links_per_node is None else self.links_per_node, self.nodes,
                                 source="command line")
         else:
@@ -217,7 +218,7 @@ class Evaluation:
 
     net: Network
     phases: Phases
-    comm: CommModel | cluster.Cluster  # the cluster (scaled by the link what-if) when predicting one
+    comm: CommModel | Cluster  # the cluster (scaled by the link what-if) when predicting one
     strategies: list[Strategy]
     workers: list[int]
     rows: list[dict[str, Any]]
@@ -230,7 +231,7 @@ class Evaluation:
                                  compress=self.compress)
 
 
-def _cluster_workers(c: cluster.Cluster) -> list[int]:
+def _cluster_workers(c: Cluster) -> list[int]:
     """1, G, 2G, 4G, ... up to the cluster's nodes (and the whole cluster)."""
     out, k = [1, c.per_node], 2
     while c.nodes and k < c.nodes:
@@ -251,6 +252,7 @@ def _measure_on_the_spot(request: PredictRequest) -> Phases:
         if env.rank() == 0:
             print(f"gdlbench predict: measuring the phases: {msg}", file=sys.stderr, flush=True)
 
+    assert request.net, "a request without phases names its net (checked on construction)"
     result = Iteration(request.net, request.batch, request.device, "serial", iters=3, warmup=1,
                        progress=say).measure()
     phases = result.phases_model()
