@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from .errors import UsageError
-from .units import split_list
+from .units import size_text, split_list
 
 OVERLAPS = ("none", "wfbp")
 SHARD_STAGES = (0, 1, 2, 3)
@@ -205,6 +205,15 @@ def load_strategy(path: str) -> Strategy:
             raise UsageError(f"--strategy {path}: {k} has the wrong type ({v!r})")
     doc.setdefault("source", str(path))
     return Strategy(**doc)
+
+
+def fused(s: Strategy, bucket_bytes: int) -> Strategy:
+    """`s` with its gradients fused into buckets of at least bucket_bytes (the first bucket as
+    s has it), renamed NAME-bucket-SIZE: a strategy of its own, so it takes the run's contention,
+    not that measured with s's own messages."""
+    size = size_text(bucket_bytes)
+    return replace(s, name=f"{s.name}-bucket-{size}", bucket_bytes=bucket_bytes,
+                   source=f"{s.name} with buckets of {size} (the fusion what-if)")
 
 
 def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | None = None) -> list[Strategy]:

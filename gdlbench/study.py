@@ -12,9 +12,10 @@ A study is a directory:
 Every file is written whole or not at all (a temporary file renamed into place), so a study killed
 at any point resumes with --resume DIR: finished cells are kept, the others run.
 
-Each cell runs the very command its `command` field quotes, and each prediction is `gdlbench
-predict` with the arguments the report prints beside it, so every number can be reproduced one by
-one. The CLI layer runs them (it hands run_study a `Commands`): the library does not import it.
+Each cell runs the very command its `command` field quotes (the CLI layer runs them: it hands
+run_study a `Commands`, as the library does not import it), and each prediction is a PredictRequest
+whose `gdlbench predict` command the report prints beside it, so every number can be reproduced
+one by one.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ from .iteration import default_batch
 from .model import Span
 from .network import load_network
 from .paths import write_atomic
+from .prediction import CommSource, PredictRequest, evaluate, number_text
+from .scaling import DEFAULT_WORKERS as PREDICT_WORKERS
 from .strategies import Strategy, get_strategies
 
 INDEX = "study.json"
 FORMAT = 1
 DEFAULT_NETS = "alexnet,googlenet,resnet50"
 DEFAULT_STRATEGIES = "caffe-mpi,cntk,mxnet,tensorflow,serial,wfbp-fusion"
-DEFAULT_WORKERS = "1,2,4,8,16,32,64,128,256,512,1024"
+DEFAULT_WORKERS = ",".join(map(str, PREDICT_WORKERS))
 DEFAULT_SCALES = (16, 128, 1024)  # besides the measured one
 BUCKETS_MIB = (1, 4, 16, 25, 64, 256)
 COMPRESS_RATIO = 100.0
@@ -56,13 +59,10 @@ PHASE_GROUPS = {"I/O": ("io", "h2d"), "compute": ("forward", "backward"), "commu
 
 @dataclass(frozen=True)
 class Commands:
-    """How the study runs the gdlbench commands it quotes, handed in by the CLI layer
-    (gdlbench.commands.study): run(argv) runs one in this process and returns its exit code;
-    predict_rows(argv, load) is the rows of `gdlbench predict ARGV`, load(path, option) reading
-    its JSON files."""
+    """How the study runs the gdlbench commands of its cells, handed in by the CLI layer
+    (gdlbench.commands.study): run(argv) runs one in this process and returns its exit code."""
 
     run: Callable[[list[str]], int]
-    predict_rows: Callable[[list[str], Callable[[str, str], Any]], list[dict[str, Any]]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,8 +201,12 @@ class Cell:
         return [self.argv[i + 1] for i, a in enumerate(self.argv) if a in ("--json", "--trace")]
 
     def command(self, world_size: int) -> str:
-        launch = f"mpiexec -n {world_size} " if self.launcher and world_size > 1 else ""
-        return launch + "gdlbench " + shlex.join(self.argv)
+        return command_line(self.argv, world_size if self.launcher else 1)
+
+
+def command_line(argv: list[str], ranks: int = 1, launcher: str = "mpiexec") -> str:
+    """The shell command of `gdlbench ARGV`, under the launcher on more than one rank."""
+    return (f"{launcher} -n {ranks} " if ranks > 1 else "") + "gdlbench " + shlex.join(argv)
 
 
 def _common(cfg: Config) -> list[str]:
@@ -231,7 +235,8 @@ def plan_cells(cfg: Config) -> list[Cell]:
         net = load_network(cfg.net_spec(net_name))
         b = cfg.batch[net_name]
         argv = ["iteration", "--net", cfg.net_spec(net_name), "--batch", str(b), "--strategy", ",".join(cfg.strategies),
-                *_common(cfg), "--target-se", "0",  # every round the study asks for "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
+                *_common(cfg), "--target-se", "0",  # every round the study asks for
+                "--device", cfg.device, *(["--io-dir", cfg.io_dir] if cfg.io_dir else []),
                 "--json", f"cells/iteration-{net_name}.json", "--trace", f"cells/trace-{net_name}.json"]
         # forward + backward ~ 3 x forward MACs, timed per layer, per pass and per strategy
         work = 3 * net.fwd_macs * b / 1e9 * (cfg.iters + cfg.warmup) * (3 + len(cfg.strategies))
@@ -313,7 +318,7 @@ def _run_command(runner: Commands, argv: list[str], root: Path, log: Path | None
     finally:
         os.chdir(cwd)
     if code:
-        raise RuntimeError(f"`gdlbench {shlex.join(argv)}` exited with {code}")
+        raise RuntimeError(f"`{command_line(argv)}` exited with {code}")
     if log is not None:
         write_atomic(log, out.getvalue())
 
@@ -326,8 +331,8 @@ def provenance(argv: list[str]) -> dict[str, str | int]:
                 "mpiexec (Hydra)" if "PMI_RANK" in os.environ or "HYDRA_CONTROL_FD" in os.environ else
                 "mpiexec (Open MPI)" if "OMPI_COMM_WORLD_RANK" in os.environ else "none (one process)")
     n = env.world().Get_size()
-    launch = ("srun" if launcher.startswith("srun") else "mpiexec") + f" -n {n} " if n > 1 else ""
-    return {"command": launch + "gdlbench " + shlex.join(argv), "launcher": launcher, "world_size": env.world().Get_size(),
+    return {"command": command_line(argv, n, "srun" if launcher.startswith("srun") else "mpiexec"),
+            "launcher": launcher, "world_size": n,
             "host": platform.node(), "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "gdlbench": __version__}
 
@@ -339,40 +344,61 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
     comm = env.world()
     is_root = comm.Get_rank() == 0
     cells = plan_cells(cfg)
-    index: dict[str, Any] = {}
-    pending: list[str] = []
+    index = _open_index(root, cfg, cells, resume, argv) if is_root else {}
+    pending = comm.bcast([r["name"] for r in index["cells"] if r["state"] == "pending"] if is_root else [], root=0)
+    todo = [c for c in cells if c.name in pending]
     if is_root:
-        index = _load_index(root) if resume else {}
-        index.update({"tool": "gdlbench", "version": __version__, "command": "study", "format": FORMAT,
-                      "config": cfg.to_dict()})
-        index.setdefault("provenance", provenance(argv))
-        index.setdefault("resumes", [])
-        if resume:
-            index["resumes"].append({"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                     "removed_partial": remove_partial(root)})
-        index["env"] = env.collect()
-        old = {c["name"]: c for c in index.get("cells", [])}
-        index["cells"] = []
-        for c in cells:
-            done = cell_done(root, c)
-            rec = {"name": c.name, "kind": c.kind, "json": c.json, "files": c.outputs, "log": f"cells/{c.name}.log",
-                   "command": c.command(cfg.world_size), "state": "done" if done else "pending",
-                   "seconds": old.get(c.name, {}).get("seconds") if done else None,
-                   "kept_from_earlier_run": done}
-            index["cells"].append(rec)
-            if not done:
-                pending.append(c.name)
-        write_atomic(root / INDEX, json.dumps(index, indent=1))
-    pending = comm.bcast(pending, root=0)
+        kept = len(cells) - len(pending)
+        say(f"{len(cells)} cells, {kept} already measured" + (" (kept, not measured again)" if kept else "")
+            + f"; {len(pending)} to run")
+    _measure(root, cfg, cells, todo, index, say, runner)
+    if not is_root:
+        return {}
+    say("analysing: predictions, verdicts and what-ifs")
+    index["analysis"] = analyse(root, cfg)
+    write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
+    say("writing the report")
+    from .study_report import write_report
+
+    index["report"] = write_report(root, index)
+    write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
+    return index
+
+
+def _open_index(root: Path, cfg: Config, cells: list[Cell], resume: bool, argv: list[str]) -> dict[str, Any]:
+    """The index as the study starts (rank 0): the earlier run's kept on --resume, each cell's state."""
+    index = _load_index(root) if resume else {}
+    index.update({"tool": "gdlbench", "version": __version__, "command": "study", "format": FORMAT,
+                  "config": cfg.to_dict()})
+    index.setdefault("provenance", provenance(argv))
+    index.setdefault("resumes", [])
+    if resume:
+        index["resumes"].append({"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                 "removed_partial": remove_partial(root)})
+    index["env"] = env.collect()
+    old = {c["name"]: c for c in index.get("cells", [])}
+    index["cells"] = []
+    for c in cells:
+        done = cell_done(root, c)
+        index["cells"].append({"name": c.name, "kind": c.kind, "json": c.json, "files": c.outputs,
+                               "log": f"cells/{c.name}.log", "command": c.command(cfg.world_size),
+                               "state": "done" if done else "pending",
+                               "seconds": old.get(c.name, {}).get("seconds") if done else None,
+                               "kept_from_earlier_run": done})
+    write_atomic(root / INDEX, json.dumps(index, indent=1))
+    return index
+
+
+def _measure(root: Path, cfg: Config, cells: list[Cell], todo: list[Cell], index: dict[str, Any],
+             say: Callable[[str], None], runner: Commands) -> None:
+    """Run the pending cells (every rank), with an estimate of the time left; rank 0 records each
+    one done in the index as it ends."""
+    is_root = env.world().Get_rank() == 0
     eta = Eta()
     if is_root:
         for rec, c in zip(index["cells"], cells, strict=True):
             if rec["seconds"]:
                 eta.learn(c, rec["seconds"])
-        kept = len(cells) - len(pending)
-        say(f"{len(cells)} cells, {kept} already measured" + (" (kept, not measured again)" if kept else "")
-            + f"; {len(pending)} to run")
-    todo = [c for c in cells if c.name in pending]
     for i, cell in enumerate(todo):
         if is_root:
             left, rough = eta.left_s(todo[i:])
@@ -381,7 +407,7 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
             say(f"[{i + 1}/{len(todo)}] {cell.name}: {cell.command(cfg.world_size)} ({estimate})")
         t0 = time.monotonic()
         _run_command(runner, cell.argv, root, (root / f"cells/{cell.name}.log") if is_root else None)
-        comm.Barrier()
+        env.world().Barrier()
         seconds = time.monotonic() - t0
         if is_root:
             eta.learn(cell, seconds)
@@ -389,17 +415,6 @@ def run_study(root: Path, cfg: Config, resume: bool, argv: list[str],
             rec.update(state="done", seconds=seconds)
             write_atomic(root / INDEX, json.dumps(index, indent=1))
             say(f"[{i + 1}/{len(todo)}] {cell.name} done in {fmt_duration(seconds)}")
-    if not is_root:
-        return {}
-    say("analysing: predictions, verdicts and what-ifs")
-    index["analysis"] = analyse(root, cfg, cells, runner)
-    write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
-    say("writing the report")
-    from .study_report import write_report
-
-    index["report"] = write_report(root, index)
-    write_atomic(root / INDEX, json.dumps(index, indent=1, allow_nan=False))
-    return index
 
 
 def _load_index(root: Path) -> dict[str, Any]:
@@ -436,12 +451,12 @@ def _load(path: str, option: str) -> Any:
     return _read_cached(os.path.abspath(path), option, mtime)
 
 
-def _evaluate(runner: Commands, root: Path, argv: list[str]) -> list[dict[str, Any]]:
-    """The rows of `gdlbench predict ARGV` evaluated in the study directory (no output)."""
+def _rows(root: Path, request: PredictRequest) -> list[dict[str, Any]]:
+    """The rows of a prediction, evaluated in the study directory (its paths are relative to it)."""
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return runner.predict_rows(argv, _load)
+        return evaluate(request, _load).rows
     finally:
         os.chdir(cwd)
 
@@ -450,20 +465,20 @@ def _strategy_algo(s: Strategy) -> str:
     return "ps" if s.collective == "ps" else "library"
 
 
-def _comm_argv(cfg: Config, strategy: Strategy) -> list[str]:
-    """predict's communication model: the link or cluster given, else the fit measured here (on
-    several nodes its two levels: the fit's JSON is a cluster file)."""
+def _comm_source(cfg: Config, strategy: Strategy) -> CommSource:
+    """The predictions' communication model: the link or cluster given, else the fit measured here
+    (on several nodes its two levels: the fit's JSON is a cluster file)."""
     if cfg.link:
         alpha, gbs = _link(cfg.link)
-        return ["--alpha", f"{alpha:g}", "--bandwidth", f"{gbs:g}"]
+        return CommSource(alpha=alpha, bandwidth=number_text(gbs))
     if cfg.cluster:
-        return ["--cluster", cfg.cluster]
+        return CommSource(cluster=cfg.cluster)
     if cfg.world_size == 1:
         raise UsageError("one rank measures no link: run the study under mpiexec -n 2 (or more), or give "
                          "--link ALPHA_US:GBS or --cluster FILE for the predictions")
     if cfg.nodes > 1:
-        return ["--cluster", "cells/allreduce-fit.json"]
-    return ["--from", "cells/allreduce-fit.json", "--algo", _strategy_algo(strategy)]
+        return CommSource(cluster="cells/allreduce-fit.json")
+    return CommSource(from_file="cells/allreduce-fit.json", algo=_strategy_algo(strategy))
 
 
 def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
@@ -496,7 +511,7 @@ def bound_by(parts: dict[str, float]) -> tuple[str, float]:
     return name, 100.0 * groups[name] / total
 
 
-def analyse(root: Path, cfg: Config, cells: list[Cell], runner: Commands) -> dict[str, Any]:
+def analyse(root: Path, cfg: Config) -> dict[str, Any]:
     strategies = get_strategies(",".join(cfg.strategies))
     encode = None
     comp_doc = json.loads((root / "cells/compress.json").read_text())
@@ -518,7 +533,7 @@ def analyse(root: Path, cfg: Config, cells: list[Cell], runner: Commands) -> dic
                        for f in fits]
     nets: dict[str, dict[str, Any]] = {}
     for net_name in cfg.nets:
-        nets[net_name] = analyse_net(runner, root, cfg, net_name, strategies, encode)
+        nets[net_name] = analyse_net(root, cfg, net_name, strategies, encode)
     return {"nets": nets, "fit": fit_summary, "compress": {"ratio": cfg.compress_ratio,
                                                            "encode_us_per_byte": encode,
                                                            "source": "cells/compress.json"},
@@ -565,24 +580,18 @@ def scope(root: Path, cfg: Config) -> dict[str, Any]:
                         "the formula's (a single level unless a cluster is given)"]}
 
 
-def analyse_net(runner: Commands, root: Path, cfg: Config, net_name: str, strategies: list[Strategy],
+def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strategy],
                 encode: float | None) -> dict[str, Any]:
     phases_file = f"cells/iteration-{net_name}.json"
     doc = json.loads((root / phases_file).read_text())
     summary = doc["summary"]
     n_meas = cfg.world_size
-    workers = ",".join(str(n) for n in cfg.workers)
+    spec = cfg.net_spec(net_name)
     # Predictions per strategy, each from the fit of the algorithm the executor sends it with.
-    rows: list[dict[str, Any]] = []
-    commands: dict[str, str] = {}
-    base_argv: dict[str, list[str]] = {}
-    for s in strategies:
-        spec = cfg.net_spec(net_name)
-        argv = ["--phases", phases_file, *(["--net", spec] if spec != net_name else []), *_comm_argv(cfg, s),
-                "--strategy", s.name]
-        base_argv[s.name] = argv
-        rows += _evaluate(runner, root, [*argv, "--workers", workers])
-        commands[s.name] = "gdlbench predict " + shlex.join([*argv, "--workers", workers])
+    requests = {s.name: PredictRequest(phases=phases_file, net=spec if spec != net_name else None,
+                                       comm=_comm_source(cfg, s), strategy=s.name, workers=tuple(cfg.workers))
+                for s in strategies}
+    rows = [row for r in requests.values() for row in _rows(root, r)]
     measured_us = summary.get("measured_us", {})
     compare = []
     for s in strategies:
@@ -605,7 +614,7 @@ def analyse_net(runner: Commands, root: Path, cfg: Config, net_name: str, strate
                         "predicted_breakdown_us": breakdown_of(pred),
                         "measured_breakdown_us": measured_breakdown(tl) if tl else None,
                         "traced_round": traced_round(row.get("samples_us") or [meas], tl),
-                        "predict_command": commands[s.name].replace(f"--workers {workers}", f"--workers {n_meas}")})
+                        "predict_command": replace(requests[s.name], workers=(n_meas,)).command()})
     verdicts, whatifs = [], []
     for r in rows:  # the parameter-server rows say how many servers they were priced with
         r.update(servers_of(next(s for s in strategies if s.name == r["strategy"]), r["workers"]))
@@ -614,10 +623,10 @@ def analyse_net(runner: Commands, root: Path, cfg: Config, net_name: str, strate
         v = decide(n, n_meas, compare, [r for r in rows if r["workers"] == n], model_err)
         verdicts.append(v)
         winner = next(s for s in strategies if s.name == v["winner"])
-        whatifs.append(what_ifs(runner, root, cfg, net_name, winner, base_argv[winner.name], n, summary, encode))
+        whatifs.append(what_ifs(root, cfg, winner, replace(requests[winner.name], workers=(n,)), summary, encode))
     return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
-            "predict_commands": commands, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
+            "predict_commands": {name: r.command() for name, r in requests.items()}, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency"),
             "rounds": cfg.iters}
 
@@ -739,69 +748,46 @@ def servers_of_row(r: Mapping[str, Any]) -> dict[str, Any]:
 
 
 
-def what_ifs(runner: Commands, root: Path, cfg: Config, net_name: str, winner: Strategy, base: list[str], n: int,
-             summary: Mapping[str, Any], encode: float | None) -> dict[str, Any]:
-    """The predicted gain of each change that applies to the winning strategy at n workers,
-    ranked; each with the `gdlbench predict` command that shows it."""
-    base = [*base, "--workers", str(n)]
+def what_ifs(root: Path, cfg: Config, winner: Strategy, base: PredictRequest, summary: Mapping[str, Any],
+             encode: float | None) -> dict[str, Any]:
+    """The predicted gain of each change that applies to the winning strategy at the base
+    request's worker count, ranked; each with the `gdlbench predict` command that shows it."""
 
-    def t_iter(argv: list[str]) -> tuple[float, float]:
-        row = _evaluate(runner, root, argv)[0]
+    def t_iter(request: PredictRequest) -> tuple[float, float]:
+        row = _rows(root, request)[0]
         return row["t_iter_us"], row["images_per_s"]
 
     base_t, base_ips = t_iter(base)
-    options: list[tuple[str, list[str]]] = []
+    options: list[tuple[str, PredictRequest]] = []
     if winner.overlap != "wfbp":
-        options.append(("turn on WFBP (overlap communication with backward)", ["--overlap", "wfbp"]))
+        options.append(("turn on WFBP (overlap communication with backward)", replace(base, overlap="wfbp")))
+    sweep: list[dict[str, Any]] = []
     if winner.collective == "allreduce":
-        best = None
-        sweep = []
         for mib in BUCKETS_MIB:
-            path = _bucket_strategy(root, winner, mib)
-            argv = [a if a != winner.name else path for a in base]
-            t, ips = t_iter(argv)
+            t, ips = t_iter(replace(base, fuse_bytes=mib * 2**20))
             sweep.append({"bucket_mib": mib, "t_iter_us": t, "images_per_s": ips})
-            if best is None or t < best[1]:
-                best = (mib, t, argv)
-        assert best is not None
-        options.append((f"fusion buckets of {best[0]} MiB (best of {', '.join(map(str, BUCKETS_MIB))} MiB)",
-                        [f"@{best[0]}"]))
-    options += [("twice the link bandwidth", ["--link-scale", "2"]),
-                ("half the link latency", ["--link-scale", "1:0.5"]),
-                ("fp16/bf16 gradients (half the bytes)", ["--grad-dtype", "bfloat16"])]
+        best = min(sweep, key=lambda b: b["t_iter_us"])["bucket_mib"]  # the first of the fastest
+        options.append((f"fusion buckets of {best} MiB (best of {', '.join(map(str, BUCKETS_MIB))} MiB)",
+                        replace(base, fuse_bytes=int(best) * 2**20)))
+    options += [("twice the link bandwidth", replace(base, link_scale="2")),
+                ("half the link latency", replace(base, link_scale="1:0.5")),
+                ("fp16/bf16 gradients (half the bytes)", replace(base, grad_dtype="bfloat16"))]
     if encode is not None:
         options.append((f"top-k compression at ratio {cfg.compress_ratio:g} (measured encode "
-                        f"{encode * 1e3:.3g} ns/B)", ["--compress", f"{cfg.compress_ratio:g}:{encode:.4g}"]))
-    options.append((f"twice the batch per worker ({2 * summary['batch']})", ["--batch", str(2 * summary["batch"])]))
+                        f"{encode * 1e3:.3g} ns/B)", replace(base, compress=f"{cfg.compress_ratio:g}:{encode:.4g}")))
+    options.append((f"twice the batch per worker ({2 * summary['batch']})", replace(base, batch=2 * summary["batch"])))
     if summary.get("io_threads"):
         options.append((f"twice the I/O threads ({2 * summary['io_threads']})",
-                        ["--io-threads", str(2 * summary["io_threads"])]))
+                        replace(base, io_threads=2 * summary["io_threads"])))
     rows: list[dict[str, Any]] = []
-    for label, extra in options:
-        if extra and extra[0].startswith("@"):
-            mib = int(extra[0][1:])
-            argv = [a if a != winner.name else _bucket_strategy(root, winner, mib) for a in base]
-        else:
-            argv = [*base, *extra]
-        t, ips = t_iter(argv)
+    for label, request in options:
+        t, ips = t_iter(request)
         rows.append({"what": label, "t_iter_us": t, "images_per_s": ips, "gain_pct": 100 * (ips / base_ips - 1),
-                     "command": "gdlbench predict " + shlex.join(argv)})
+                     "command": request.command()})
     rows.sort(key=lambda r: r["gain_pct"], reverse=True)
-    out = {"workers": n, "strategy": winner.name, "base_t_iter_us": base_t, "base_images_per_s": base_ips,
-           "base_command": "gdlbench predict " + shlex.join(base), "ranked": rows}
+    assert base.workers is not None
+    out = {"workers": base.workers[0], "strategy": winner.name, "base_t_iter_us": base_t,
+           "base_images_per_s": base_ips, "base_command": base.command(), "ranked": rows}
     if winner.collective == "allreduce":
         out["bucket_sweep"] = sweep
     return out
-
-
-def _bucket_strategy(root: Path, s: Strategy, mib: int) -> str:
-    """A strategy file: `s` with its gradients fused into buckets of `mib` MiB (relative path)."""
-    rel = f"strategies/{s.name}-bucket-{mib}MiB.json"
-    path = root / rel
-    if not path.is_file():
-        d = replace(s, name=f"{s.name}-bucket-{mib}MiB", bucket_bytes=mib * 2**20,
-                    source=f"{s.name} with {mib} MiB buckets (gdlbench study's bucket sweep)").to_dict()
-        d.pop("describe", None)
-        write_atomic(path, json.dumps(d, indent=1))
-    return rel
-

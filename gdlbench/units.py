@@ -102,6 +102,11 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def size_text(n: int) -> str:
+    """A byte count as parse_size reads it back exactly: 4MiB, else 4096B."""
+    return f"{n >> 20}MiB" if n % 2**20 == 0 else f"{n}B"
+
+
 def format_bytes(n: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:

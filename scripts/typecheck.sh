@@ -18,7 +18,7 @@ modules=(gdlbench gdlbench.compare gdlbench.measurement gdlbench.scaling gdlbenc
          gdlbench.commands.gemm gdlbench.commands.io gdlbench.commands.iteration gdlbench.commands.layer
          gdlbench.commands.nets gdlbench.commands.predict gdlbench.commands.reduce_scatter
          gdlbench.commands.study gdlbench.commands.update
-         gdlbench.conv gdlbench.conv_layers gdlbench.study gdlbench.study_report gdlbench.strategies
+         gdlbench.conv gdlbench.conv_layers gdlbench.prediction gdlbench.study gdlbench.study_report gdlbench.strategies
          gdlbench.plots gdlbench.hostmem gdlbench._native gdlbench.__main__ gdlbench._checkout
          gdlbench.nets gdlbench.nets.googlenet gdlbench.nets.resnet gdlbench.nets.vgg
          gdlbench.torch_trace gdlbench.gloo gdlbench.commands.import_trace)

@@ -676,11 +676,12 @@ def test_predict_with_more_servers_than_one_worker_prices_the_single_worker_too(
     """--servers P with a ps strategy: the speedup's t_iter(1) has one worker, so one server (the
     iteration_model benchmark's 2-rank predict stopped with 'servers must be between 1 and ...')."""
     from gdlbench import cli
-    from gdlbench.commands.predict import evaluate
+    from gdlbench.commands.predict import request_from_args
+    from gdlbench.prediction import evaluate
 
-    rows = evaluate(cli.build_parser().parse_args(
+    rows = evaluate(request_from_args(cli.build_parser().parse_args(
         ["predict", "--net", "alexnet", "--strategy", "ps,mxnet", "--alpha", "5", "--bandwidth", "10",
-         "--workers", "1,2,4", "--servers", "4"])).rows
+         "--workers", "1,2,4", "--servers", "4"]))).rows
     assert {(r["strategy"], r["workers"]) for r in rows} == {(s, n) for s in ("ps", "mxnet") for n in (1, 2, 4)}
     one = [r for r in rows if r["workers"] == 1]
     assert all(r["t_iter_us"] > 0 and r["efficiency"] == pytest.approx(1.0) for r in one), one

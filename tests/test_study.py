@@ -112,7 +112,9 @@ def test_every_report_number_traces_to_its_json_field(study_dir):
 def test_a_what_if_number_reproduces_with_its_predict_command(study_dir, tmp_path):
     index = json.loads((study_dir / "study.json").read_text())
     w = index["analysis"]["nets"]["mlp"]["what_ifs"][-1]
-    for entry in w["ranked"][:3]:
+    base = {"what": "base", "command": w["base_command"], "t_iter_us": w["base_t_iter_us"]}
+    assert not (study_dir / "strategies").exists()  # the bucket sweep is --fuse, not strategy files
+    for entry in [base, *w["ranked"]]:  # the fusion what-if among them on an all-reduce winner
         argv = entry["command"].split()[1:]
         out = tmp_path / "p.json"
         p = subprocess.run([*GDLBENCH_CMD, *argv, "--json", str(out)], capture_output=True, text=True,
@@ -155,14 +157,25 @@ def test_study_predicts_on_a_two_level_cluster(study_dir, tmp_path):
 
 
 def test_several_nodes_price_the_scales_with_the_two_level_fit():
+    from gdlbench.prediction import CommSource
     from gdlbench.strategies import get_strategies
-    from gdlbench.study import Config, _comm_argv
+    from gdlbench.study import Config, _comm_source
 
     wfbp = get_strategies("wfbp")[0]
     cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True, nodes=2)
-    assert _comm_argv(cfg, wfbp) == ["--cluster", "cells/allreduce-fit.json"]
+    assert _comm_source(cfg, wfbp) == CommSource(cluster="cells/allreduce-fit.json")
     one_node = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True)
-    assert _comm_argv(one_node, wfbp)[:2] == ["--from", "cells/allreduce-fit.json"]
+    assert _comm_source(one_node, wfbp).from_file == "cells/allreduce-fit.json"
+
+
+def test_iteration_cells_run_on_the_study_device_and_data():
+    """Each iteration cell names the study's --device and --io-dir (7333489 had commented them out)."""
+    from gdlbench.study import Config, plan_cells
+
+    cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 2], [2], 2, "cpu", 1, 0, None, True, io_dir="/data/jpeg")
+    argv = next(c for c in plan_cells(cfg) if c.kind == "iteration").argv
+    assert argv[argv.index("--device") + 1] == "cpu" and argv[argv.index("--io-dir") + 1] == "/data/jpeg"
+    assert "--target-se" in argv
 
 
 def test_the_fit_covers_every_message_in_place_from_memory():
@@ -434,11 +447,12 @@ def test_study_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def _predict(*args: str) -> dict:
     from gdlbench import cli
-    from gdlbench.commands.predict import evaluate
+    from gdlbench.commands.predict import request_from_args
+    from gdlbench.prediction import evaluate
 
-    return evaluate(cli.build_parser().parse_args(["predict", "--net", "resnet50", "--strategy", "wfbp",
-                                                   "--alpha", "5", "--bandwidth", "10", "--workers", "16",
-                                                   *args])).rows[0]
+    return evaluate(request_from_args(cli.build_parser().parse_args(
+        ["predict", "--net", "resnet50", "--strategy", "wfbp", "--alpha", "5", "--bandwidth", "10", "--workers", "16",
+         *args]))).rows[0]
 
 
 @pytest.fixture()

@@ -24,11 +24,11 @@ def test_bandwidth_refused(text):
 
 def test_predict_takes_the_same_model_from_either_unit():
     from gdlbench.cli import build_parser
-    from gdlbench.commands.predict import comm_model_from_args
+    from gdlbench.commands.predict import comm_source_from_args
 
     def beta(bw: str) -> float:
         args = build_parser().parse_args(["predict", "--alpha", "5", "--bandwidth", bw])
-        return comm_model_from_args(args).beta_us_per_byte
+        return comm_source_from_args(args).comm_model().beta_us_per_byte
 
     assert beta("100Gb/s") == pytest.approx(beta("12.5")) == pytest.approx(beta("12.5GB/s")) == pytest.approx(8e-5)
 

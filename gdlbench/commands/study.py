@@ -6,13 +6,10 @@ report (HTML, Markdown, JSON) to --out DIR. --resume DIR finishes an interrupted
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from .. import env
 from ..errors import UsageError
@@ -76,21 +73,7 @@ def _run_argv(argv: list[str]) -> int:
     return int(module.run(args))
 
 
-@functools.lru_cache(maxsize=1)
-def _parser() -> argparse.ArgumentParser:
-    from .. import cli
-
-    return cli.build_parser()
-
-
-def _predict_rows(argv: list[str], load: Callable[[str, str], Any]) -> list[dict[str, Any]]:
-    """The rows of `gdlbench predict ARGV` (a study's prediction or what-if)."""
-    from .predict import evaluate
-
-    return evaluate(_parser().parse_args(["predict", *argv]), load=load).rows
-
-
-COMMANDS = Commands(run=_run_argv, predict_rows=_predict_rows)
+COMMANDS = Commands(run=_run_argv)
 
 
 def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Path, Config, bool]:
