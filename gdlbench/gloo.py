@@ -149,13 +149,14 @@ def bench(collective: str, count: int, dtype: str, op: str | None, root: int, wa
     return slowest.tolist(), total_wrong if check else -1
 
 
-def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0) -> dict[str, Any]:
+def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0, rounds: int = 3) -> dict[str, Any]:
     """How much compute on one torch thread and gloo all-reduces of size_bytes slow each other on
     every rank at once, for the two kinds of compute a CPU job's backward runs (as
     gdlbench.torch_trace splits it): compute_slowdown for the compute-bound kind (torch.mm of 512 x
     512 fp32, in cache), memory_slowdown for the memory-bound kind (an elementwise add over 64 MiB
-    tensors, beyond the caches), each = the rate alone / the rate beside the all-reduces;
-    comm_slowdown = the all-reduce's median time beside either / alone. What `predict` applies to
+    tensors, beyond the caches), each = the rate alone / the rate beside the all-reduces, the median
+    over `rounds` rounds of the two windows back to back (one window of each swings by 10-30 % on a
+    small VM); comm_slowdown = the all-reduce's median time beside either / alone. What `predict` applies to
     backward and the messages while they overlap (gdlbench.model.schedule_shared)."""
     import threading
 
@@ -206,15 +207,19 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0) -> 
         comm.Barrier()
         alone_us = float(np.median(reduces()))
         for key, work in kinds.items():
-            alone_rate, _ = rate(work, lambda: time.sleep(seconds))
-            beside_rate, beside = rate(work, reduces)
-            beside_us += beside
-            measured[key] = comm.allreduce(alone_rate / max(beside_rate, 1e-9), op=MPI.MAX)
+            ratios = []
+            for _ in range(rounds):
+                alone_rate, _ = rate(work, lambda: time.sleep(seconds))
+                beside_rate, beside = rate(work, reduces)
+                beside_us += beside
+                ratios.append(alone_rate / max(beside_rate, 1e-9))
+            measured[key] = comm.allreduce(float(np.median(ratios)), op=MPI.MAX)
     finally:
         torch.set_num_threads(threads)
     measured["comm_slowdown"] = comm.allreduce(float(np.median(beside_us)) / alone_us, op=MPI.MAX)
     return {**{k: max(1.0, v) for k, v in measured.items()}, "size_bytes": int(buf.numel() * 4),
             "measured": {**measured, "allreduce_alone_us": alone_us},
-            "method": "on one torch thread, torch.mm 512x512 fp32 (compute-bound) and an add over 64 MiB fp32 "
-                      "tensors (memory-bound), each alone and beside gloo all-reduces of size_bytes, every rank "
-                      "at once; the max over ranks; the model takes values below 1 as 1"}
+            "method": f"on one torch thread, torch.mm 512x512 fp32 (compute-bound) and an add over 64 MiB fp32 "
+                      f"tensors (memory-bound), each alone and beside gloo all-reduces of size_bytes, every rank "
+                      f"at once, the median of {rounds} rounds; the max over ranks; the model takes values below 1 "
+                      "as 1"}
