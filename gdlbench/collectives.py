@@ -502,7 +502,7 @@ def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *
     with dtype='bfloat16') with one of the algorithms. Returns the array."""
     if not isinstance(array, np.ndarray):
         raise UsageError("allreduce_array: expected a numpy array")
-    _core.allreduce(comm or env.world(), array, op, algo, servers, dtype or "")
+    _core.allreduce(comm=comm or env.world(), array=array, op=op, algo=algo, servers=servers, dtype=dtype or "")
     return array
 
 
@@ -510,7 +510,7 @@ def reduction_gamma_us_per_byte(dtype: str = "float32", op: str = "sum", nbytes:
                                 iters: int = 10) -> float:
     """The cost model's gamma: microseconds per byte of the local reduction a op= b (median)."""
     count = max(1, nbytes // DTYPE_SIZE[dtype])
-    samples = _core.reduce_time(count, dtype, op, 2, iters)
+    samples = _core.reduce_time(count=count, dtype=dtype, op=op, warmup=2, iters=iters)
     return float(np.median(samples)) / (count * DTYPE_SIZE[dtype])
 
 
