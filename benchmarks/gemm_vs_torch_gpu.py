@@ -53,8 +53,8 @@ def measure(torch: Any, cuda: Any, args: argparse.Namespace, dtype: str, tdt: An
     for rnd in range(args.rounds):
         for who in (("gdlbench", "torch") if rnd % 2 == 0 else ("torch", "gdlbench")):
             if who == "gdlbench":
-                ours += cuda.gemm_time(a.data_ptr(), b.data_ptr(), c_ours.data_ptr(), n, n, n, dtype,
-                                       False, False, 2, args.iters)
+                ours += cuda.gemm_time(a=a.data_ptr(), b=b.data_ptr(), c=c_ours.data_ptr(), m=n, n=n, k=n, dtype=dtype,
+                                       trans_a=False, trans_b=False, warmup=2, iters=args.iters)
                 cuda.synchronize()
             else:
                 theirs += time_peer(torch, lambda: torch.matmul(a, b, out=c_torch), method="queued",

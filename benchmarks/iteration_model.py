@@ -77,7 +77,8 @@ def noise(net: str, batch: int, threads: int, count: int = 30) -> None:
     exe = _core.Net(load_network(net).layer_specs(), batch)
     times = []
     for _ in range(count):
-        _, t = exe.time_iteration([], False, "library", 1, MPI.COMM_SELF, None, False, 1, 1)
+        _, t = exe.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=MPI.COMM_SELF,
+                                  io=None, prefetch=False, warmup=1, iters=1)
         times.append(t["update_end_us"])
     mean = statistics.mean(times)
     q = statistics.quantiles(times, n=4)
@@ -105,10 +106,12 @@ def explain(net: str, batch: int, threads: int, rounds: int) -> None:
     for _ in range(rounds):
         rep_f.append(statistics.median(exe.time_forward_pass(1, 3)))
         rep_b.append(statistics.median(exe.time_backward_pass(1, 3)))
-        _, t = exe.time_iteration([], False, "library", 1, MPI.COMM_SELF, None, False, 1, 1)
+        _, t = exe.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=MPI.COMM_SELF,
+                                  io=None, prefetch=False, warmup=1, iters=1)
         iso_f.append(phase_times(t)["forward"])
         iso_b.append(phase_times(t)["backward"])
-        _, t = exe.time_iteration(full, False, "library", 1, MPI.COMM_SELF, None, False, 1, 1)
+        _, t = exe.time_iteration(messages=full, overlap=False, algo="library", servers=1, comm=MPI.COMM_SELF,
+                                  io=None, prefetch=False, warmup=1, iters=1)
         com_f.append(phase_times(t)["forward"])
         com_b.append(phase_times(t)["backward"])
     med = statistics.median

@@ -43,7 +43,8 @@ def main() -> None:
         comm = env.world()
 
         def run(prefetch: bool, warmup: int) -> dict:
-            return net.time_iteration([], False, "library", 1, comm, reader.read_next, prefetch, warmup, 1)[1]
+            return net.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=comm, io=reader.read_next,
+                                      prefetch=prefetch, warmup=warmup, iters=1)[1]
 
         run(False, 1)
         kinds = {"isolated round (read in line)": [], "probe, no warm-up": [],

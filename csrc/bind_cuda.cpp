@@ -113,7 +113,8 @@ PYBIND11_MODULE(_cuda, m) {
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return py::make_tuple(free, total);
   }, "(free, total) bytes of the current device");
-  m.def("dtype_size", [](const std::string& t) { return cuda::dtype_size(cuda::parse_dtype(t)); });
+  m.def("dtype_size", [](const std::string& t) { return cuda::dtype_size(cuda::parse_dtype(t)); }, py::arg("dtype"),
+        "Bytes per element of a dtype name.");
 
   py::class_<cuda::DeviceBuffer>(m, "DeviceBuffer", "Owning cudaMalloc allocation.")
       .def(py::init<std::size_t>(), py::arg("nbytes"))

@@ -165,8 +165,10 @@ def device_status() -> tuple[int, str]:
     """
     (device count, reason when it is 0)
     """
-def dtype_size(arg0: str) -> int:
-    ...
+def dtype_size(dtype: str) -> int:
+    """
+    Bytes per element of a dtype name.
+    """
 def fill(ptr: typing.SupportsInt | typing.SupportsIndex, count: typing.SupportsInt | typing.SupportsIndex, dtype: str, seed: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Fill device memory with gdlbench's deterministic test data, converted to dtype.

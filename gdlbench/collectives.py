@@ -502,7 +502,7 @@ def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *
     with dtype='bfloat16') with one of the algorithms. Returns the array."""
     if not isinstance(array, np.ndarray):
         raise UsageError("allreduce_array: expected a numpy array")
-    _core.allreduce(comm or env.world(), array, op, algo, servers, dtype or "")
+    _core.allreduce(comm=comm or env.world(), array=array, op=op, algo=algo, servers=servers, dtype=dtype or "")
     return array
 
 
@@ -510,7 +510,7 @@ def reduction_gamma_us_per_byte(dtype: str = "float32", op: str = "sum", nbytes:
                                 iters: int = 10) -> float:
     """The cost model's gamma: microseconds per byte of the local reduction a op= b (median)."""
     count = max(1, nbytes // DTYPE_SIZE[dtype])
-    samples = _core.reduce_time(count, dtype, op, 2, iters)
+    samples = _core.reduce_time(count=count, dtype=dtype, op=op, warmup=2, iters=iters)
     return float(np.median(samples)) / (count * DTYPE_SIZE[dtype])
 
 
@@ -578,6 +578,68 @@ class AlphaBetaFit:
         }
 
 
+def _check_fit_input(m: np.ndarray, t: np.ndarray, nranks: int) -> None:
+    """fit_alpha_beta's arguments, checked before anything is fitted."""
+    if m.shape != t.shape or m.ndim != 1:
+        raise UsageError("fit: sizes and times must be two lists of the same length")
+    if m.size < 2 or np.unique(m).size < 2:
+        raise UsageError("fit: needs at least two different sizes")
+    if nranks < 2:
+        raise UsageError("fit: needs at least 2 ranks (with one rank nothing is communicated)")
+    if not (np.all(t > 0) and np.all(np.isfinite(t)) and np.all(m > 0)):
+        raise UsageError("fit: sizes and times must be positive")
+
+
+def _fit_line(cols: np.ndarray, target: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, float]:
+    """(alpha, beta) >= 0 of the least-squares fit of cols @ (alpha, beta) to target, each point
+    weighted by 1/time, and the sum of the squared relative errors. A coefficient that comes out
+    negative is dropped and the other one refitted alone."""
+    w = 1.0 / times
+
+    def solve(mask: list[bool]) -> np.ndarray:
+        x = np.zeros(2)
+        idx = [i for i, keep in enumerate(mask) if keep]
+        sol, *_ = np.linalg.lstsq(cols[:, idx] * w[:, None], target * w, rcond=None)
+        x[idx] = sol
+        return x
+
+    x = solve([True, True])
+    if x[0] < 0:
+        x = solve([False, True])
+    if x[1] < 0:
+        x = solve([True, False])
+    x = np.maximum(x, 0.0)
+    return x, float((((cols @ x) - target) * w) ** 2 @ np.ones(len(times)))
+
+
+def _best_regimes(fit: Callable[[np.ndarray], tuple[np.ndarray, float]], mu: np.ndarray,
+                  k: int) -> list[tuple[int, float, float]]:
+    """The split of the sorted sizes into k consecutive regimes (at least two sizes each) whose
+    total error is least, by dynamic programming: [(from_bytes, alpha, beta), ...], the first
+    from 0. fit: a selection of the points -> ((alpha, beta), error)."""
+    sizes = np.unique(mu)
+    n = sizes.size
+    cost = {}
+    for i in range(n):
+        for j in range(i + 2, n + 1):
+            sel = (mu >= sizes[i]) & (mu <= sizes[j - 1])
+            cost[i, j] = fit(sel)
+    best: dict[tuple[int, int], tuple[float, list[int]]] = {(0, 0): (0.0, [])}  # (regimes used, sizes covered) -> (error, cut points)
+    for r in range(1, k + 1):
+        for j in range(2 * r, n + 1):
+            options = [(best[r - 1, i][0] + cost[i, j][1], best[r - 1, i][1] + [i])
+                       for i in range(2 * (r - 1), j - 1) if (r - 1, i) in best]
+            if options:
+                best[r, j] = min(options, key=lambda o: o[0])
+    cuts = best[k, n][1]
+    bounds = cuts + [n]
+    found = []
+    for r, start in enumerate(cuts):
+        line = cost[start, bounds[r + 1]][0]
+        found.append((0 if r == 0 else int(sizes[start]), float(line[0]), float(line[1])))
+    return found
+
+
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo: str, nranks: int, *,
                    servers: int = 1, gamma_us_per_byte: float | None = None,
                    gamma_source: str | None = None, min_bytes: int = 0, regimes: int = 1) -> AlphaBetaFit:
@@ -599,14 +661,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
         raise UsageError(f"fit: regimes must be an integer from 1 to 8, got {regimes!r}")
     m = np.asarray(sizes_bytes, dtype=np.float64)
     t = np.asarray(times_us, dtype=np.float64)
-    if m.shape != t.shape or m.ndim != 1:
-        raise UsageError("fit: sizes and times must be two lists of the same length")
-    if m.size < 2 or np.unique(m).size < 2:
-        raise UsageError("fit: needs at least two different sizes")
-    if nranks < 2:
-        raise UsageError("fit: needs at least 2 ranks (with one rank nothing is communicated)")
-    if not (np.all(t > 0) and np.all(np.isfinite(t)) and np.all(m > 0)):
-        raise UsageError("fit: sizes and times must be positive")
+    _check_fit_input(m, t, nranks)
     a_c, b_c, g_c = costmodel.coefficients(algo, nranks, servers)
     gamma = gamma_us_per_byte if (gamma_us_per_byte is not None and g_c > 0) else None
     used = m >= min_bytes
@@ -615,50 +670,16 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
     mu, tu = m[used], t[used]
     target = tu - (mu * g_c * gamma if gamma is not None else 0.0)
 
-    def fit_line(sel: np.ndarray) -> tuple[np.ndarray, float]:
+    def fit(sel: np.ndarray) -> tuple[np.ndarray, float]:
         """(alpha, beta) over the selected points, and the sum of their squared relative errors."""
-        w = 1.0 / tu[sel]
         cols = np.column_stack([np.full(int(sel.sum()), a_c), mu[sel] * b_c])
+        return _fit_line(cols, target[sel], tu[sel])
 
-        def solve(mask: list[bool]) -> np.ndarray:
-            x = np.zeros(2)
-            idx = [i for i, keep in enumerate(mask) if keep]
-            sol, *_ = np.linalg.lstsq(cols[:, idx] * w[:, None], target[sel] * w, rcond=None)
-            x[idx] = sol
-            return x
-
-        x = solve([True, True])
-        if x[0] < 0:
-            x = solve([False, True])
-        if x[1] < 0:
-            x = solve([True, False])
-        x = np.maximum(x, 0.0)
-        return x, float((((cols @ x) - target[sel]) * w) ** 2 @ np.ones(int(sel.sum())))
-
-    x, _ = fit_line(np.ones(mu.size, dtype=bool))
+    x, _ = fit(np.ones(mu.size, dtype=bool))
     found: list[tuple[int, float, float]] = []
-    sizes = np.unique(mu)
-    k = min(regimes, sizes.size // 2)  # at least two sizes in every regime
+    k = min(regimes, np.unique(mu).size // 2)  # at least two sizes in every regime
     if k > 1:
-        # Dynamic programming over the sorted sizes: the best split into k consecutive regimes.
-        n = sizes.size
-        cost = {}
-        for i in range(n):
-            for j in range(i + 2, n + 1):
-                sel = (mu >= sizes[i]) & (mu <= sizes[j - 1])
-                cost[i, j] = fit_line(sel)
-        best: dict[tuple[int, int], tuple[float, list[int]]] = {(0, 0): (0.0, [])}  # (regimes used, sizes covered) -> (error, cut points)
-        for r in range(1, k + 1):
-            for j in range(2 * r, n + 1):
-                options = [(best[r - 1, i][0] + cost[i, j][1], best[r - 1, i][1] + [i])
-                           for i in range(2 * (r - 1), j - 1) if (r - 1, i) in best]
-                if options:
-                    best[r, j] = min(options, key=lambda o: o[0])
-        cuts = best[k, n][1]
-        bounds = cuts + [n]
-        for r, start in enumerate(cuts):
-            line = cost[start, bounds[r + 1]][0]
-            found.append((0 if r == 0 else int(sizes[start]), float(line[0]), float(line[1])))
+        found = _best_regimes(fit, mu, k)
         x = np.array(found[-1][1:])
     return AlphaBetaFit(algo, nranks, float(x[0]), float(x[1]), gamma, servers,
                         gamma_source or ("given" if gamma is not None else

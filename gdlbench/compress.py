@@ -92,6 +92,6 @@ def compress(ratio: float = 100.0, values: int | str = 16_000_000, *, iters: int
     if not ratio >= 1 or ratio == float("inf"):
         raise UsageError(f"compress: ratio must be a finite number >= 1, got {ratio!r}")
     check_timing(iters, warmup, "compress")
-    m = Measurement(_core.topk_encode_time(int(values), float(ratio), warmup, iters), "steady-clock",
+    m = Measurement(_core.topk_encode_time(n=int(values), ratio=float(ratio), warmup=warmup, iters=iters), "steady-clock",
                     "top-k encode of one gradient (one thread)")
     return CompressResult(float(ratio), int(values), m, check_topk(ratio) if check else 0)

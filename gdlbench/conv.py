@@ -398,7 +398,8 @@ def _conv_cuda(sh: ConvShape, passes: list[str], dtype: str, layout: str, algo: 
         raise UsageError(f"conv: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")
     mode, named = parse_algo(algo, passes, cuda.conv_algo_names())
     limit = (1 << 30) if workspace_limit is None else int(workspace_limit)
-    rows = cuda.conv_time(sh.geometry(), dtype, layout, mode, named, limit, passes, all_algos, warmup, iters)
+    rows = cuda.conv_time(geometry=sh.geometry(), dtype=dtype, layout=layout, mode=mode, named=named,
+                          workspace_limit=limit, passes=passes, all_algos=all_algos, warmup=warmup, iters=iters)
     region = "one cudnnConvolution{Forward,BackwardData,BackwardFilter} call, workspace preallocated"
     results: list[ConvResult] = []
     for row in rows:
@@ -469,7 +470,8 @@ def run_cuda(sh: ConvShape, dtype: str, layout: str, mode: str = "heuristic",
     from .gemm import _decode
 
     cuda = require_cuda()
-    raw = cuda.conv_check(sh.geometry(), dtype, layout, mode, named or {}, workspace_limit)
+    raw = cuda.conv_check(geometry=sh.geometry(), dtype=dtype, layout=layout, mode=mode, named=named or {},
+                          workspace_limit=workspace_limit)
 
     def decoded(key: str) -> np.ndarray:
         return _decode(np.asarray(raw[key]), dtype)

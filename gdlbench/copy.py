@@ -100,14 +100,15 @@ def copy(size: int | str, direction: str = "h2d", memory: str = "pinned", device
     if dev == "cpu":
         hostmem.require_host(2 * size, "copy")
         threads = threads or env.default_threads()
-        run = _core.copy_bench(int(size), copies, warmup, iters, threads)
+        run = _core.copy_bench(nbytes=int(size), copies=copies, warmup=warmup, iters=iters, threads=threads)
         meas = Measurement(run.samples_us, "steady-clock", f"{copies} memcpys of {size} bytes ({threads} threads)")
         return CopyResult(direction, "host", int(size), copies, "cpu", threads, meas, int(run.wrong_bytes), CPU_NOTE)
     cuda = require_cuda()
     hostmem.require_device(cuda, (2 if direction == "d2d" else 1) * size, "copy")
     # host: the reference pattern, the pinned/pageable buffer (not d2d), a read-back buffer (not d2h)
     hostmem.require_host((2 if direction != "h2d" else 3) * size, "copy")
-    run = cuda.copy_bench(direction, memory == "pinned", int(size), copies, warmup, iters)
+    run = cuda.copy_bench(direction=direction, pinned=memory == "pinned", nbytes=int(size), copies=copies,
+                          warmup=warmup, iters=iters)
     kind = {"h2d": "HostToDevice", "d2h": "DeviceToHost", "d2d": "DeviceToDevice"}[direction]
     meas = Measurement(run.samples_us, "cuda-events",
                        f"{copies} cudaMemcpyAsync {kind} of {size} bytes, queued behind a stream-blocking kernel")

@@ -143,7 +143,7 @@ def _run_cpu(a: np.ndarray, b: np.ndarray, dtype: str, iters: int, warmup: int, 
     threads = threads or env.default_threads()
     c = np.zeros((m, n), dtype=a.dtype)  # zeros touches every page before timing
     _core.set_blas_threads(threads)
-    samples = _core.gemm_time(a, b, c, trans_a, trans_b, warmup, iters)
+    samples = _core.gemm_time(a, b, c, trans_a=trans_a, trans_b=trans_b, warmup=warmup, iters=iters)
     meas = Measurement(samples, "steady-clock", "one cblas_?gemm call (output buffer preallocated)")
     result = GemmResult(m, n, k, dtype, "cpu", threads, trans_a, trans_b, meas)
     if check:
@@ -197,7 +197,8 @@ def _gemm_arrays(a: Any, b: Any, *, iters: int, warmup: int, threads: int | None
     for stream in {stream_a, stream_b} - {None}:  # the producer's writes come first
         cuda.wait_for_stream(stream)
     c = cuda.DeviceBuffer(m * n * cuda.dtype_size(dt))
-    samples = cuda.gemm_time(pa, pb, c.ptr, m, n, k, dt, trans_a, trans_b, warmup, iters)
+    samples = cuda.gemm_time(a=pa, b=pb, c=c.ptr, m=m, n=n, k=k, dtype=dt, trans_a=trans_a, trans_b=trans_b,
+                              warmup=warmup, iters=iters)
     meas = Measurement(samples, "cuda-events", "one cublasGemmEx call")
     result = GemmResult(m, n, k, dt, "cuda", None, trans_a, trans_b, meas)
     if check:
@@ -245,9 +246,10 @@ def _gemm_cuda(m: int, n: int, k: int, dtype: str, iters: int, warmup: int, chec
     a = cuda.DeviceBuffer(m * k * size)
     b = cuda.DeviceBuffer(k * n * size)
     c = cuda.DeviceBuffer(m * n * size)
-    cuda.fill(a.ptr, m * k, dtype, seed)
-    cuda.fill(b.ptr, k * n, dtype, seed + 1)
-    samples = cuda.gemm_time(a.ptr, b.ptr, c.ptr, m, n, k, dtype, trans_a, trans_b, warmup, iters)
+    cuda.fill(ptr=a.ptr, count=m * k, dtype=dtype, seed=seed)
+    cuda.fill(ptr=b.ptr, count=k * n, dtype=dtype, seed=seed + 1)
+    samples = cuda.gemm_time(a=a.ptr, b=b.ptr, c=c.ptr, m=m, n=n, k=k, dtype=dtype, trans_a=trans_a,
+                              trans_b=trans_b, warmup=warmup, iters=iters)
     meas = Measurement(samples, "cuda-events", "one cublasGemmEx call")
     result = GemmResult(m, n, k, dtype, "cuda", None, trans_a, trans_b, meas)
     if check:

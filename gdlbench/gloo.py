@@ -17,6 +17,7 @@ import math
 import socket
 import struct
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -149,6 +150,29 @@ def bench(collective: str, count: int, dtype: str, op: str | None, root: int, wa
     return slowest.tolist(), total_wrong if check else -1
 
 
+def _rate_beside(work: Callable[[], Any], run: Callable[[], Any], comm: Any) -> tuple[float, Any]:
+    """(work's calls per second on a thread of its own while run() runs, run()'s result)."""
+    import threading
+
+    stop = threading.Event()
+    done = [0]
+
+    def compute() -> None:
+        while not stop.is_set():
+            work()
+            done[0] += 1
+
+    worker = threading.Thread(target=compute, daemon=True)
+    comm.Barrier()
+    t0 = time.perf_counter()
+    worker.start()
+    result = run()
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    worker.join()
+    return done[0] / elapsed, result
+
+
 def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0, rounds: int = 3) -> dict[str, Any]:
     """How much compute on one torch thread and gloo all-reduces of size_bytes slow each other on
     every rank at once, for the two kinds of compute a CPU job's backward runs (as
@@ -156,12 +180,11 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0, rou
     512 fp32, in cache), memory_slowdown for the memory-bound kind (an elementwise add over 64 MiB
     tensors, beyond the caches), each = the rate alone / the rate beside the all-reduces, the median
     over `rounds` rounds of the two windows back to back (one window of each swings by 10-30 % on a
-    small VM); comm_slowdown = the all-reduce's median time beside either / alone. What `predict` applies to
-    backward and the messages while they overlap (gdlbench.model.schedule_shared)."""
-    import threading
-
+    small VM); comm_slowdown = the all-reduce's median time beside either / alone. What `predict`
+    applies to backward and the messages while they overlap (gdlbench.model.schedule_shared)."""
     torch = init(comm, 0)
     import torch.distributed as dist
+    from mpi4py import MPI
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -169,26 +192,6 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0, rou
     x, y, z = (torch.ones(16 * 2**20) for _ in range(3))
     kinds = {"compute_slowdown": lambda: torch.mm(a, a), "memory_slowdown": lambda: torch.add(x, y, out=z)}
     buf = torch.ones(max(1, size_bytes // 4))
-    stop = threading.Event()
-    done = [0]
-
-    def rate(work: Any, run: Any) -> tuple[float, Any]:
-        def compute() -> None:
-            while not stop.is_set():
-                work()
-                done[0] += 1
-
-        done[0] = 0
-        stop.clear()
-        worker = threading.Thread(target=compute, daemon=True)
-        comm.Barrier()
-        t0 = time.perf_counter()
-        worker.start()
-        result = run()
-        elapsed = time.perf_counter() - t0
-        stop.set()
-        worker.join()
-        return done[0] / elapsed, result
 
     def reduces() -> list[float]:
         out = []
@@ -199,8 +202,6 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0, rou
             out.append((time.perf_counter() - t0) * 1e6)
         return out
 
-    from mpi4py import MPI
-
     measured: dict[str, float] = {}
     beside_us: list[float] = []
     try:
@@ -209,8 +210,8 @@ def contention(size_bytes: int, iters: int, comm: Any, seconds: float = 1.0, rou
         for key, work in kinds.items():
             ratios = []
             for _ in range(rounds):
-                alone_rate, _ = rate(work, lambda: time.sleep(seconds))
-                beside_rate, beside = rate(work, reduces)
+                alone_rate, _ = _rate_beside(work, lambda: time.sleep(seconds), comm)
+                beside_rate, beside = _rate_beside(work, reduces, comm)
                 beside_us += beside
                 ratios.append(alone_rate / max(beside_rate, 1e-9))
             measured[key] = comm.allreduce(float(np.median(ratios)), op=MPI.MAX)

@@ -424,6 +424,64 @@ def slowest(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return max(ranks, key=lambda t: t["backward_end_us"])
 
 
+# One strategy as the executor runs it: (strategy, its messages, the algorithm and the parameter
+# servers that send them); and one distinct message list: (messages, algorithm, servers).
+_PlanRow = tuple[Strategy, MessagePlan, str, int]
+_MessageKey = tuple[Any, ...]
+
+
+@dataclass
+class _Rounds:
+    """What the rounds of Iteration.measure collect."""
+
+    iso_traces: list[list[dict[str, Any]]] = field(default_factory=list)  # per isolated round, per rank
+    messages: dict[_MessageKey, list[list[float]]] = field(default_factory=dict)  # per message: its samples
+    slowdowns: dict[_MessageKey, list[list[tuple[float, float]]]] = field(default_factory=dict)  # per round, per rank
+    read_costs: list[float] = field(default_factory=list)  # per round where every rank measured one
+    composed: list[list[tuple[float, list[dict[str, Any]]]]] = field(default_factory=list)  # per plan, per round
+
+
+def _message_key(plan: _PlanRow) -> _MessageKey:
+    """A plan's distinct message list: strategies that send the same messages share it."""
+    _, mplan, algo, servers = plan
+    return (tuple(mplan.messages), algo, servers)
+
+
+def _layer_rows(specs: list[dict[str, Any]], iso_traces: list[list[dict[str, Any]]], clock: str) -> list[dict[str, Any]]:
+    """Each layer's forward and backward over the isolated rounds (per round, the slowest rank's)."""
+    iso_layers = [layer_times(slowest(ranks)) for ranks in iso_traces]
+    layers = []
+    for i, spec in enumerate(specs):
+        fwd = [lt[0][i] for lt in iso_layers]
+        bwd = [lt[1][i] for lt in iso_layers]
+        layers.append({"name": spec["name"], "type": spec["type"], "params": spec["params"],
+                       "forward": Measurement(fwd, clock, "the layer's forward, inside the isolated round"),
+                       "backward": Measurement(bwd, clock, "the layer's backward (weights + data), right after "
+                                                           "its forward, inside the isolated round")})
+    return layers
+
+
+def _isolated_phases(iso_traces: list[list[dict[str, Any]]], clock: str, device: str,
+                    with_io: bool) -> dict[str, Measurement]:
+    """Each phase over the isolated rounds (per round, the slowest rank's); io only when read."""
+    iso_phases = [phase_times(slowest(ranks)) for ranks in iso_traces]
+    regions = {"io": "read and decode the batch in line (gdlbench.io), in the isolated round",
+               "h2d": "cudaMemcpyAsync of the batch from pinned host memory" if device == "cuda"
+                      else "memcpy of the batch into the input buffer (CPU stand-in for H2D)",
+               "forward": "the whole forward pass, in the isolated round",
+               "backward": "the whole backward pass (activation gradients zeroed first), right after its forward",
+               "update": "SGD with momentum over all parameters, after backward"}
+    return {k: Measurement([p[k] for p in iso_phases], clock, region) for k, region in regions.items()
+            if k != "io" or with_io}
+
+
+def _inside_phases(rounds: list[tuple[float, list[dict[str, Any]]]], clock: str) -> dict[str, Measurement]:
+    """Each phase inside the composed iteration over its rounds (per round, the slowest rank's)."""
+    inside_rounds = [phase_times(slowest(ranks)) for _, ranks in rounds]
+    return {ph: Measurement([p[ph] for p in inside_rounds], clock, f"{ph} inside the composed iteration")
+            for ph in inside_rounds[0]}
+
+
 class Iteration:
     """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
     module docstring); `warmup` untimed iterations before each composed iteration and the run's
@@ -511,156 +569,184 @@ class Iteration:
             stop = se <= self.target_se_pct or spent
         return bool(self.comm.bcast(stop, root=0))
 
-    def measure(self) -> IterationResult:
-        _core.set_blas_threads(self.threads)
-        _core.set_compute_threads(self.threads)
-        _core.keep_freed_memory(1 << 30)  # as `gdlbench allreduce`: MPI's temporary buffers stay mapped
-        specs = self.net.layer_specs()
-        world = self.comm.Get_size()
-        self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
+    def _build_net(self, specs: list[dict[str, Any]]) -> tuple[Any, str, str | None]:
+        """The executor's net: (the net, its clock, on cuda what the convolutions' algorithm
+        search did, else None)."""
+        if self.device != "cuda":
+            return _core.Net(specs, self.batch), "steady-clock", None
+        cuda = require_cuda()
+        before = cuda.conv_search_stats()
+        net = cuda.Net(specs, self.batch)
+        after = cuda.conv_search_stats()
+        searched, reused = after["searched"] - before["searched"], after["reused"] - before["reused"]
         conv_algorithms = None
-        if self.device == "cuda":
-            cuda = require_cuda()
-            before = cuda.conv_search_stats()
-            net = cuda.Net(specs, self.batch)
-            after = cuda.conv_search_stats()
-            searched, reused = after["searched"] - before["searched"], after["reused"] - before["reused"]
-            if searched + reused:
-                conv_algorithms = (f"searched once when the net was built, as torch's cudnn.benchmark "
-                                   f"(cudnnFind*Ex, per shape): {searched} shape(s) searched, {reused} layer(s) "
-                                   "took an earlier search of their shape")
-            clock = "cuda-events"
-        else:
-            net = _core.Net(specs, self.batch)
-            clock = "steady-clock"
-        reader = self.io_reader()
-        io_fn = reader.read_next if reader else None
+        if searched + reused:
+            conv_algorithms = (f"searched once when the net was built, as torch's cudnn.benchmark "
+                               f"(cudnnFind*Ex, per shape): {searched} shape(s) searched, {reused} layer(s) "
+                               "took an earlier search of their shape")
+        return net, "cuda-events", conv_algorithms
+
+    def _plans(self, net: Any, world: int) -> list[_PlanRow]:
+        """Per strategy: its messages, and the algorithm and servers the executor sends them with."""
         plans = []
         for strategy in self.strategies:
             algo, servers = executed_algo(strategy, world)
             if self.device == "cuda":
                 algo = "library"  # ncclAllReduce
             plans.append((strategy, plan_messages(self.net, strategy, net.layer_param_offset), algo, servers))
+        return plans
+
+    def _isolated(self, net: Any, io_fn: Callable[[], Any] | None, warmup: int, rounds: _Rounds) -> None:
+        """One isolated round. One before every composed iteration, so that the isolated samples
+        span the run as the composed ones do (the machine's speed drifts over seconds); after the
+        run's first, without warm-up: the composed iteration before it has warmed the state."""
+        _, t = net.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=self.comm, io=io_fn,
+                                  prefetch=False, warmup=warmup, iters=1)
+        rounds.iso_traces.append(self.comm.allgather(t))
+
+    def _read_beside(self, net: Any, io_fn: Callable[[], Any] | None, rounds: _Rounds) -> None:
+        """The isolated round again, its next batch read on the prefetch thread, after one warm-up
+        iteration that prefetches too: the state every composed iteration runs in."""
+        _, t = net.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=self.comm, io=io_fn,
+                                  prefetch=True, warmup=1, iters=1)
+        got = self.comm.allgather(read_beside(t, rounds.iso_traces[-1][self.comm.Get_rank()]))
+        if all(g is not None for g in got):
+            rounds.read_costs.append(max(got))
+
+    def _messages_alone(self, net: Any, message_sets: dict[_MessageKey, MessagePlan], first: bool,
+                        rounds: _Rounds) -> None:
+        """One sample of each message alone, per distinct message list (warm-up in the first round)."""
+        for key, mplan in message_sets.items():
+            _, algo, servers = key
+            samples = net.time_messages(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
+                                        warmup=self.warmup if first else 0, iters=1, timeout_s=self.timeout)
+            for i, sample in enumerate(samples):
+                if first:
+                    rounds.messages[key].append([])
+                rounds.messages[key][i] += sample
+
+    def _contention(self, net: Any, contend: dict[_MessageKey, MessagePlan], rounds: _Rounds) -> None:
+        """Backward beside each message list, posted as backward produces its gradients: the
+        slowdowns of both against this round's samples alone, per rank."""
+        for key, mplan in contend.items():
+            _, algo, servers = key
+            _, t = net.time_contention(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
+                                       warmup=self.warmup, timeout_s=self.timeout)
+            alone = [rounds.messages[key][i][-1] for i in range(len(mplan.messages))]
+            mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])["backward"]
+            got = self.comm.allgather(contention(t, mine, alone))
+            if all(g is not None for g in got):
+                rounds.slowdowns[key].append(got)
+
+    def _composed(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None, rounds: _Rounds) -> None:
+        """One composed iteration per plan, each after an isolated round (the first's is the round's own)."""
+        for k, (strategy, mplan, algo, servers) in enumerate(plans):
+            if k > 0:
+                self._isolated(net, io_fn, 0, rounds)
+            samples, t = net.time_iteration(messages=mplan.messages, overlap=strategy.overlap == "wfbp", algo=algo,
+                                            servers=servers, comm=self.comm, io=io_fn,
+                                            prefetch=strategy.io_prefetch, warmup=self.warmup, iters=1,
+                                            timeout_s=self.timeout)
+            rounds.composed[k].append((samples[0], self.comm.allgather(t)))
+
+    def _run_rounds(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None) -> _Rounds:
+        """The rounds (class docstring): each the phases alone, the read beside compute, each
+        message alone, contention, then every plan's composed iteration."""
         # Each distinct message list is timed once per round, whichever strategies share it.
-        message_sets = {(tuple(p.messages), algo, servers): p for _, p, algo, servers in plans}
+        message_sets = {_message_key(p): p[1] for p in plans}
         # Contention, on several ranks: backward beside the messages of each plan that overlaps them
         # with it, posted as that plan's strategies post them (each distinct plan once per round).
-        contend = {} if world == 1 else {(tuple(p.messages), algo, servers): p for s, p, algo, servers in plans
-                                         if s.overlap == "wfbp"}
+        contend = {} if self.comm.Get_size() == 1 else {_message_key(p): p[1] for p in plans
+                                                        if p[0].overlap == "wfbp"}
         # The read beside compute, when a strategy prefetches it.
         probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
-
-        iso_traces: list[list[dict[str, Any]]] = []
-        msg_samples: dict[tuple[Any, ...], list[list[float]]] = {k: [] for k in message_sets}
-        slowdowns: dict[tuple[Any, ...], list[list[tuple[float, float]]]] = {k: [] for k in contend}  # per round, per rank
-        read_costs: list[float] = []
-        composed: list[list[tuple[float, list[dict[str, Any]]]]] = [[] for _ in plans]
-
-        def isolated(warmup: int) -> None:
-            """One isolated round. One before every composed iteration, so that the isolated samples
-            span the run as the composed ones do (the machine's speed drifts over seconds); after the
-            run's first, without warm-up: the composed iteration before it has warmed the state."""
-            _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, False, warmup, 1)
-            iso_traces.append(self.comm.allgather(t))
-
+        rounds = _Rounds(messages={k: [] for k in message_sets}, slowdowns={k: [] for k in contend},
+                        composed=[[] for _ in plans])
         started = time.monotonic()
         for r in range(self.iters):
             self.progress(f"round {r + 1} of {'at most ' if self.target_se_pct else ''}{self.iters}: phases alone" + (", the read beside" if probe_read else "")
                           + ", messages alone" + (", contention" if contend else "")
                           + f", then {len(plans)} composed iteration(s)")
-            isolated(self.warmup if r == 0 else 0)
-            if probe_read:  # the isolated round again, its next batch read on the prefetch thread, after
-                # one warm-up iteration that prefetches too: the state every composed iteration runs in
-                _, t = net.time_iteration([], False, "library", 1, self.comm, io_fn, True, 1, 1)
-                got = self.comm.allgather(read_beside(t, iso_traces[-1][self.comm.Get_rank()]))
-                if all(g is not None for g in got):
-                    read_costs.append(max(got))
-            for key, mplan in message_sets.items():
-                _, algo, servers = key
-                for i, sample in enumerate(net.time_messages(mplan.messages, algo, servers, self.comm,
-                                                             self.warmup if r == 0 else 0, 1,
-                                                             timeout_s=self.timeout)):
-                    if r == 0:
-                        msg_samples[key].append([])
-                    msg_samples[key][i] += sample
-            for key, mplan in contend.items():
-                _, algo, servers = key
-                _, t = net.time_contention(mplan.messages, algo, servers, self.comm, self.warmup,
-                                           timeout_s=self.timeout)
-                alone = [msg_samples[key][i][-1] for i in range(len(mplan.messages))]
-                mine = phase_times(iso_traces[-1][self.comm.Get_rank()])["backward"]
-                got = self.comm.allgather(contention(t, mine, alone))
-                if all(g is not None for g in got):
-                    slowdowns[key].append(got)
-            for k, (strategy, mplan, algo, servers) in enumerate(plans):
-                if k > 0:
-                    isolated(0)
-                samples, t = net.time_iteration(mplan.messages, strategy.overlap == "wfbp", algo, servers, self.comm,
-                                                io_fn, strategy.io_prefetch, self.warmup, 1, timeout_s=self.timeout)
-                composed[k].append((samples[0], self.comm.allgather(t)))
-            if self._enough(r + 1, iso_traces, composed, started):
+            self._isolated(net, io_fn, self.warmup if r == 0 else 0, rounds)
+            if probe_read:
+                self._read_beside(net, io_fn, rounds)
+            self._messages_alone(net, message_sets, r == 0, rounds)
+            self._contention(net, contend, rounds)
+            self._composed(net, plans, io_fn, rounds)
+            if self._enough(r + 1, rounds.iso_traces, rounds.composed, started):
                 break
+        return rounds
+
+    def _contention_pair(self, result: IterationResult, strategy: Strategy,
+                         rounds_pairs: list[list[tuple[float, float]]] | None,
+                         priced: Callable[[tuple[float, float] | None], Prediction],
+                         clock: str) -> tuple[float, float] | None:
+        """The (backward, messages) slowdowns to price `strategy` at: the median round's pair of
+        the measured contention, recorded in `result` (None: none measured)."""
+        if not rounds_pairs:
+            return None
+        t_iter = {p: priced(p).t_iter_us for ranks in rounds_pairs for p in ranks}
+        pairs, median_round = median_round_pair(rounds_pairs, t_iter.__getitem__)
+        result.slowdowns[strategy.name] = (
+            Measurement([c for c, _ in pairs], clock, "backward beside the messages / backward alone"),
+            Measurement([m for _, m in pairs], "steady-clock", "messages beside backward / messages alone"))
+        result.slowdown_round[strategy.name] = median_round
+        return pairs[median_round]
+
+    def _strategy_run(self, result: IterationResult, k: int, plan: _PlanRow, rounds: _Rounds, clock: str,
+                      model_phases: Phases, isolated_whole: Measurement) -> StrategyRun:
+        """Plan k's messages alone, its composed iteration, and the model's prediction of it from
+        the isolated phases (model_phases) and the messages' measured costs, with its standard error."""
+        strategy, mplan = plan[0], plan[1]
+        msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
+               for s in rounds.messages[_message_key(plan)]]
+        composed = rounds.composed[k]
+        samples = [s for s, _ in composed]
+        costs = [m.median for m in msg]
+        priced = partial(price_as_executed, self.net, model_phases, strategy, result.world_size, costs)
+        rounds_pairs = rounds.slowdowns.get(_message_key(plan)) if strategy.overlap == "wfbp" else None
+        pair = self._contention_pair(result, strategy, rounds_pairs, priced, clock)
+        pred = priced(pair)
+        model_se = isolated_whole.median_se
+        if pair is not None:  # the contention rounds' noise, at one sigma either way
+            cs, cm = result.slowdowns[strategy.name]
+            moved = [priced((max(1.0, pair[0] + sign * cs.median_se), max(1.0, pair[1] + sign * cm.median_se)))
+                     .t_iter_us for sign in (1, -1)]
+            model_se = math.hypot(model_se, (moved[0] - moved[1]) / 2)
+        return StrategyRun(strategy, mplan, msg,
+                           Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),
+                           composed[_median_index(samples)][1], pred, _inside_phases(composed, clock), model_se)
+
+    def measure(self) -> IterationResult:
+        """Build the net, run the rounds (class docstring), then per strategy the model against
+        its composed iteration."""
+        _core.set_blas_threads(self.threads)
+        _core.set_compute_threads(self.threads)
+        _core.keep_freed_memory(1 << 30)  # as `gdlbench allreduce`: MPI's temporary buffers stay mapped
+        specs = self.net.layer_specs()
+        world = self.comm.Get_size()
+        self.progress(f"building {self.net.name} at batch {self.batch} ({self.net.params:,} parameters)")
+        net, clock, conv_algorithms = self._build_net(specs)
+        reader = self.io_reader()
+        io_fn = reader.read_next if reader else None
+        plans = self._plans(net, world)
+        rounds = self._run_rounds(net, plans, io_fn)
         if reader:
             reader.close()
-
-        # The isolated phases: per round the slowest rank's, then the medians over rounds.
-        iso_phases = [phase_times(slowest(ranks)) for ranks in iso_traces]
-        iso_layers = [layer_times(slowest(ranks)) for ranks in iso_traces]
-        layers = []
-        for i, spec in enumerate(specs):
-            fwd = [lt[0][i] for lt in iso_layers]
-            bwd = [lt[1][i] for lt in iso_layers]
-            layers.append({"name": spec["name"], "type": spec["type"], "params": spec["params"],
-                           "forward": Measurement(fwd, clock, "the layer's forward, inside the isolated round"),
-                           "backward": Measurement(bwd, clock, "the layer's backward (weights + data), right after "
-                                                               "its forward, inside the isolated round")})
-        regions = {"io": "read and decode the batch in line (gdlbench.io), in the isolated round",
-                   "h2d": "cudaMemcpyAsync of the batch from pinned host memory" if self.device == "cuda"
-                          else "memcpy of the batch into the input buffer (CPU stand-in for H2D)",
-                   "forward": "the whole forward pass, in the isolated round",
-                   "backward": "the whole backward pass (activation gradients zeroed first), right after its forward",
-                   "update": "SGD with momentum over all parameters, after backward"}
-        phases = {k: Measurement([p[k] for p in iso_phases], clock, region) for k, region in regions.items()
-                  if k != "io" or reader}
+        iso_traces = rounds.iso_traces
+        # The isolated round's whole iteration per round (max over ranks): the model's noise.
+        isolated_whole = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], clock)
         mid = _median_index([max(t["update_end_us"] for t in ranks) for ranks in iso_traces])
-        result = IterationResult(self.net.name, self.batch, self.device, world, self.threads, layers, phases,
+        result = IterationResult(self.net.name, self.batch, self.device, world, self.threads,
+                                 _layer_rows(specs, iso_traces, clock),
+                                 _isolated_phases(iso_traces, clock, self.device, with_io=bool(reader)),
                                  overlap_efficiency=self.overlap_efficiency(), isolated_traces=iso_traces[mid],
                                  io_threads=(self.io_threads or self.threads) if self.io else None,
                                  conv_algorithms=conv_algorithms)
-        if read_costs:
+        if rounds.read_costs:
             result.contention["read_beside_us"] = Measurement(
-                read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")
-        model_phases = result.phases_model()
-        # The isolated round's whole iteration per round (max over ranks): the model's noise.
-        isolated_whole = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], clock)
-        for k, (strategy, mplan, algo, servers) in enumerate(plans):
-            msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
-                   for s in msg_samples[(tuple(mplan.messages), algo, servers)]]
-            rounds = composed[k]
-            samples = [s for s, _ in rounds]
-            inside_rounds = [phase_times(slowest(ranks)) for _, ranks in rounds]
-            inside = {ph: Measurement([p[ph] for p in inside_rounds], clock, f"{ph} inside the composed iteration")
-                      for ph in inside_rounds[0]}
-            costs = [m.median for m in msg]
-            priced = partial(price_as_executed, self.net, model_phases, strategy, world, costs)
-            rounds_pairs = slowdowns.get((tuple(mplan.messages), algo, servers)) if strategy.overlap == "wfbp" else None
-            pair = None
-            if rounds_pairs:
-                t_iter = {p: priced(p).t_iter_us for ranks in rounds_pairs for p in ranks}
-                pairs, median_round = median_round_pair(rounds_pairs, t_iter.__getitem__)
-                pair = pairs[median_round]
-                result.slowdowns[strategy.name] = (
-                    Measurement([c for c, _ in pairs], clock, "backward beside the messages / backward alone"),
-                    Measurement([m for _, m in pairs], "steady-clock", "messages beside backward / messages alone"))
-                result.slowdown_round[strategy.name] = median_round
-            pred = priced(pair)
-            model_se = isolated_whole.median_se
-            if pair is not None:  # the contention rounds' noise, at one sigma either way
-                cs, cm = result.slowdowns[strategy.name]
-                moved = [priced((max(1.0, pair[0] + sign * cs.median_se), max(1.0, pair[1] + sign * cm.median_se)))
-                         .t_iter_us for sign in (1, -1)]
-                model_se = math.hypot(model_se, (moved[0] - moved[1]) / 2)
-            result.runs.append(StrategyRun(strategy, mplan, msg,
-                                           Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),
-                                           rounds[_median_index(samples)][1], pred, inside, model_se))
+                rounds.read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")
+        model_phases = result.phases_model()  # before any strategy's slowdowns are recorded in result
+        for k, plan in enumerate(plans):
+            result.runs.append(self._strategy_run(result, k, plan, rounds, clock, model_phases, isolated_whole))
         return result

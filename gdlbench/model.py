@@ -675,6 +675,127 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
             for b in make_buckets([g.bytes for g in grads], strategy.bucket_bytes, strategy.first_bucket_bytes)]
 
 
+def _check_costs_given(strategy: Strategy, comm: CommModel | Any | None, n_messages: int,
+                       message_costs_us: Sequence[float] | None, pull_costs_us: Sequence[float] | None) -> None:
+    """Measured times, when given, are one per message; without them the comm model is needed."""
+    for what, given in (("message_costs_us", message_costs_us), ("pull_costs_us", pull_costs_us)):
+        if given is not None and len(given) != n_messages:
+            raise UsageError(f"{what}: {len(given)} times for {n_messages} messages of {strategy.name}")
+    if comm is None and (message_costs_us is None or (
+            strategy.collective == "ps" and strategy.ps_pull == "after_push" and pull_costs_us is None)):
+        raise UsageError("predict_iteration: a comm model is needed without measured message times")
+
+
+def _message_costs(strategy: Strategy, comm: CommModel | Any | None, n: int, sizes: Sequence[float],
+                   dense: Sequence[int], message_costs_us: Sequence[float] | None,
+                   pull_costs_us: Sequence[float] | None) -> tuple[list[float], list[float]]:
+    """Each message's time (measured, or the comm model's) and, for ps_pull='after_push', each
+    pull's after the update (else none). sizes: the bytes sent; dense: the bytes pulled back."""
+    _check_costs_given(strategy, comm, len(sizes), message_costs_us, pull_costs_us)
+    # P servers among n workers: P = n by default, and never more servers than workers (predict's
+    # speedup prices the strategy at n = 1 too, where a P-server fit of a larger run has one)
+    servers = min(strategy.servers or n, n)
+    pulls_after_push = strategy.collective == "ps" and strategy.ps_pull == "after_push"
+    if message_costs_us is not None:
+        if not pulls_after_push:
+            return [float(c) for c in message_costs_us], []
+        if pull_costs_us is not None:
+            return [float(c) for c in message_costs_us], [float(c) for c in pull_costs_us]
+        assert comm is not None  # checked above
+        return [float(c) for c in message_costs_us], [comm.pull_us(m, n, servers) for m in dense]
+    assert comm is not None  # checked above: without measured message times, a comm model
+    if pulls_after_push:
+        return [comm.push_us(m, n, servers) for m in sizes], [comm.pull_us(m, n, servers) for m in dense]
+    if strategy.collective == "ps":
+        return [comm.push_us(m, n, servers) + comm.pull_us(m, n, servers) for m in sizes], []
+    return [comm.allreduce_us(strategy.algo or comm.formula, m, n) for m in sizes], []
+
+
+def _io_exposure(phases: Phases, strategy: Strategy, compute_us: float) -> tuple[float, float]:
+    """(the read's exposed time, the whole iteration) around `compute_us` of compute and
+    communication after the batch is copied in."""
+    t_io, t_h2d = phases.io_us, phases.h2d_us
+    # prefetched: what the read costs beside compute (measured, or as eta says), or the part of
+    # it longer than the compute it overlaps
+    beside = (1 - phases.overlap_efficiency) * t_io if phases.read_beside_us is None else phases.read_beside_us
+    io_exposed = max(beside, t_io - compute_us) if strategy.io_prefetch else t_io
+    # the same sum, written so that a read that outlasts compute gives exactly t_io + t_h2d (what-ifs
+    # that change only compute or communication then gain exactly 0, not a rounding error)
+    t_iter = t_h2d + (max(beside + compute_us, t_io) if strategy.io_prefetch else t_io + compute_us)
+    return io_exposed, t_iter
+
+
+def _batch_spans(strategy: Strategy, t_io: float, t_h2d: float, io_exposed: float) -> tuple[list[Span], float]:
+    """The read and copy of the batch on the timeline, and when forward starts."""
+    tl: list[Span] = []
+    t0 = 0.0
+    if strategy.io_prefetch:
+        if io_exposed > 0:
+            tl.append({"lane": "io", "name": "wait for the prefetched batch", "start_us": 0.0, "end_us": io_exposed})
+        if t_io > 0:
+            tl.append({"lane": "io", "name": "read the next batch (prefetch thread)",
+                       "start_us": io_exposed + t_h2d, "end_us": io_exposed + t_h2d + t_io})
+        t0 = io_exposed
+    elif t_io > 0:
+        tl.append({"lane": "io", "name": "read the batch", "start_us": 0.0, "end_us": t_io})
+        t0 = t_io
+    if t_h2d > 0:
+        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": t0, "end_us": t0 + t_h2d})
+    return tl, t0 + t_h2d
+
+
+def _pass_spans(net: Network, fwd: Sequence[float], t0: float, b0: float, order: Sequence[int],
+                layer_ends: Sequence[float]) -> list[Span]:
+    """Forward's layers from t0, then backward's (in `order`, ending at layer_ends) from b0."""
+    tl: list[Span] = []
+    clock = t0
+    for layer, t in zip(net.layers, fwd, strict=True):
+        if t > 0:
+            tl.append({"lane": "forward", "name": layer.name, "start_us": clock, "end_us": clock + t})
+        clock += t
+    prev = 0.0
+    for i, end in zip(order, layer_ends, strict=True):
+        if end > prev:
+            tl.append({"lane": "backward", "name": net.layers[i].name, "start_us": b0 + prev, "end_us": b0 + end})
+        prev = end
+    return tl
+
+
+def _message_spans(names: Sequence[tuple[str, ...]], sizes: Sequence[Any], ready: Sequence[float],
+                   spans: Sequence[tuple[float, float]], b0: float) -> tuple[list[Message], list[Span]]:
+    """The messages (times from the start of backward) and their spans on the timeline. sizes:
+    the bytes sent (a float once compressed, though Message.bytes says int)."""
+    messages: list[Message] = []
+    tl: list[Span] = []
+    for nm, m, r, (s, e) in zip(names, sizes, ready, spans, strict=True):
+        messages.append(Message(nm, m, r, s, e))
+        if e > s:
+            span: MessageSpan = {"lane": "comm", "name": message_label(nm), "start_us": b0 + s, "end_us": b0 + e,
+                                 "bytes": m}
+            tl.append(span)
+    return messages, tl
+
+
+def _update_spans(u0: float, t_u: float, names: Sequence[tuple[str, ...]], pulls: Sequence[float]) -> list[Span]:
+    """The update from u0, then the pulls that come after it (ps_pull='after_push')."""
+    tl: list[Span] = []
+    if t_u > 0:
+        tl.append({"lane": "update", "name": "SGD update", "start_us": u0, "end_us": u0 + t_u})
+    p0 = u0 + t_u
+    for nm, c in zip(names, pulls, strict=False):  # empty unless pulls come after pushes
+        if c > 0:
+            tl.append({"lane": "comm", "name": f"pull {nm[0]}", "start_us": p0, "end_us": p0 + c})
+        p0 += c
+    return tl
+
+
+def _ready_after(plan: Sequence[dict[str, Any]], order: Sequence[int], strategy: Strategy) -> list[int]:
+    """Per message, the position in backward's `order` of the layer after which it is ready: the
+    last of its gradients (its lowest layer index), or backward's last layer without overlap."""
+    position = {i: p for p, i in enumerate(order)}
+    return [position[msg["indices"][-1]] if strategy.overlap == "wfbp" else len(order) - 1 for msg in plan]
+
+
 def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                       workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
                       pull_costs_us: Sequence[float] | None = None, compress: Compression | None = None) -> Prediction:
@@ -693,52 +814,22 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
     n = workers
-    t_f, t_b, t_u, t_h2d, t_io = phases.forward_us, phases.backward_us, phases.update_us, phases.h2d_us, phases.io_us
+    t_f, t_b, t_u, t_h2d = phases.forward_us, phases.backward_us, phases.update_us, phases.h2d_us
     fwd = phases.per_layer(net, "forward")
     bwd = phases.per_layer(net, "backward")
 
     plan = plan_messages(net, strategy, dtype_bytes)
-    sizes = [msg["bytes"] for msg in plan]
     names = [tuple(msg["layers"]) for msg in plan]
-    dense = sizes  # what the pulls of parameter servers carry back: parameters, never compressed
+    dense = [msg["bytes"] for msg in plan]  # what the pulls of parameter servers carry back: never compressed
+    sizes: list[Any] = list(dense)
     encode = [0.0] * len(sizes)
     if compress is not None and message_costs_us is None and workers > 1:  # one worker sends nothing
-        encode = [compress.encode_us_per_byte * m for m in sizes]
-        sizes = [m / compress.ratio for m in sizes]
-    # Backward runs the last layer first; a message is ready with the last of its gradients (its
-    # lowest layer index), or after the whole backward without overlap.
-    order = list(reversed(range(len(net.layers))))
-    position = {i: p for p, i in enumerate(order)}
-    ready_after = [position[msg["indices"][-1]] if strategy.overlap == "wfbp" else len(order) - 1 for msg in plan]
+        encode = [compress.encode_us_per_byte * m for m in dense]
+        sizes = [m / compress.ratio for m in dense]
+    order = list(reversed(range(len(net.layers))))  # backward runs the last layer first
+    ready_after = _ready_after(plan, order, strategy)
 
-    # P servers among n workers: P = n by default, and never more servers than workers (predict's
-    # speedup prices the strategy at n = 1 too, where a P-server fit of a larger run has one)
-    servers = min(strategy.servers or n, n)
-    after_push_pulls: list[float] = []
-    if message_costs_us is not None or pull_costs_us is not None:
-        for what, given in (("message_costs_us", message_costs_us), ("pull_costs_us", pull_costs_us)):
-            if given is not None and len(given) != len(sizes):
-                raise UsageError(f"{what}: {len(given)} times for {len(sizes)} messages of {strategy.name}")
-    if comm is None and (message_costs_us is None or (
-            strategy.collective == "ps" and strategy.ps_pull == "after_push" and pull_costs_us is None)):
-        raise UsageError("predict_iteration: a comm model is needed without measured message times")
-    if message_costs_us is not None:
-        costs = [float(c) for c in message_costs_us]
-        if strategy.collective == "ps" and strategy.ps_pull == "after_push":
-            if pull_costs_us is not None:
-                after_push_pulls = [float(c) for c in pull_costs_us]
-            else:
-                assert comm is not None  # checked above
-                after_push_pulls = [comm.pull_us(m, n, servers) for m in dense]
-    else:
-        assert comm is not None  # checked above: without measured message times, a comm model
-        if strategy.collective == "ps" and strategy.ps_pull == "after_push":
-            costs = [comm.push_us(m, n, servers) for m in sizes]
-            after_push_pulls = [comm.pull_us(m, n, servers) for m in dense]
-        elif strategy.collective == "ps":
-            costs = [comm.push_us(m, n, servers) + comm.pull_us(m, n, servers) for m in sizes]
-        else:
-            costs = [comm.allreduce_us(strategy.algo or comm.formula, m, n) for m in sizes]
+    costs, pulls = _message_costs(strategy, comm, n, sizes, dense, message_costs_us, pull_costs_us)
     costs = [c + e for c, e in zip(costs, encode, strict=True)]
     slow_b = phases.backward_slowdowns(strategy.name, [net.layers[i].name for i in order])
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, slow_b,
@@ -746,64 +837,18 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     backward_end = layer_ends[-1] if layer_ends else 0.0
     e_last = spans[-1][1] if spans else 0.0
     comm_end = max(backward_end, e_last)  # from the start of backward
-    pulls_total = sum(after_push_pulls)
+    pulls_total = sum(pulls)
     after_fwd = comm_end + t_u + pulls_total  # backward + exposed comm + update (+ pulls)
-    eta = phases.overlap_efficiency
     comm_total = sum(costs) + pulls_total
     comm_exposed = comm_end - t_b + pulls_total  # with the slowdown backward takes beside the messages
-
-    compute_span = t_f + after_fwd  # what prefetched I/O overlaps with
-    # prefetched: what the read costs beside compute (measured, or as eta says), or the part of
-    # it longer than the compute it overlaps
-    beside = (1 - eta) * t_io if phases.read_beside_us is None else phases.read_beside_us
-    io_exposed = max(beside, t_io - compute_span) if strategy.io_prefetch else t_io
-    # the same sum, written so that a read that outlasts compute gives exactly t_io + t_h2d (what-ifs
-    # that change only compute or communication then gain exactly 0, not a rounding error)
-    t_iter = t_h2d + (max(beside + compute_span, t_io) if strategy.io_prefetch else t_io + compute_span)
+    io_exposed, t_iter = _io_exposure(phases, strategy, t_f + after_fwd)
 
     # Timeline from the start of the iteration.
-    tl: list[Span] = []
-    t0 = 0.0
-    if strategy.io_prefetch:
-        if io_exposed > 0:
-            tl.append({"lane": "io", "name": "wait for the prefetched batch", "start_us": 0.0, "end_us": io_exposed})
-        if t_io > 0:
-            tl.append({"lane": "io", "name": "read the next batch (prefetch thread)",
-                       "start_us": io_exposed + t_h2d, "end_us": io_exposed + t_h2d + t_io})
-        t0 = io_exposed
-    elif t_io > 0:
-        tl.append({"lane": "io", "name": "read the batch", "start_us": 0.0, "end_us": t_io})
-        t0 = t_io
-    if t_h2d > 0:
-        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": t0, "end_us": t0 + t_h2d})
-    t0 += t_h2d
-    clock = t0
-    for layer, t in zip(net.layers, fwd, strict=True):
-        if t > 0:
-            tl.append({"lane": "forward", "name": layer.name, "start_us": clock, "end_us": clock + t})
-        clock += t
+    tl, t0 = _batch_spans(strategy, phases.io_us, t_h2d, io_exposed)
     b0 = t0 + t_f
-    prev = 0.0
-    for i, end in zip(order, layer_ends, strict=True):
-        if end > prev:
-            tl.append({"lane": "backward", "name": net.layers[i].name, "start_us": b0 + prev, "end_us": b0 + end})
-        prev = end
-    ready_b = [layer_ends[p] for p in ready_after]
-    messages = []
-    for nm, m, r, (s, e) in zip(names, sizes, ready_b, spans, strict=True):
-        messages.append(Message(nm, m, r, s, e))
-        if e > s:
-            span: MessageSpan = {"lane": "comm", "name": message_label(nm), "start_us": b0 + s, "end_us": b0 + e,
-                                 "bytes": m}
-            tl.append(span)
-    u0 = b0 + comm_end
-    if t_u > 0:
-        tl.append({"lane": "update", "name": "SGD update", "start_us": u0, "end_us": u0 + t_u})
-    p0 = u0 + t_u
-    for nm, c in zip(names, after_push_pulls, strict=False):  # empty unless pulls come after pushes
-        if c > 0:
-            tl.append({"lane": "comm", "name": f"pull {nm[0]}", "start_us": p0, "end_us": p0 + c})
-        p0 += c
+    tl += _pass_spans(net, fwd, t0, b0, order, layer_ends)
+    messages, comm_spans = _message_spans(names, sizes, [layer_ends[p] for p in ready_after], spans, b0)
+    tl += comm_spans + _update_spans(b0 + comm_end, t_u, names, pulls)
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,
                       comm_exposed, t_u, messages, tl, comm_wait_us=comm_end - backward_end + pulls_total)
 
@@ -973,6 +1018,58 @@ def schedule_lanes(compute_us: Sequence[float], needs: Sequence[int | None], com
     return cs, ms
 
 
+def _sharded_needs(plan: Sequence[dict[str, Any]], n_compute: int, nl: int) -> list[int | None]:
+    """Per compute task, the comm task it waits for (None: none): the all-gathers their layers
+    need, and the update its gradients' last reduce-scatter."""
+    needs: list[int | None] = [None] * n_compute
+    for j, m in enumerate(plan):
+        if m["needed_by"] is not None:
+            needs[m["needed_by"]] = j
+    rs = [j for j, m in enumerate(plan) if m["collective"] == "reduce_scatter"]
+    needs[2 * nl] = rs[-1] if rs else None  # the update waits for its reduced gradients
+    return needs
+
+
+def _sharded_compute_spans(net: Network, strategy: Strategy, phases: Phases, io_exposed: float,
+                           cs: Sequence[tuple[float, float]], n: int, t_u: float) -> list[Span]:
+    """The read, the copy, forward's and backward's layers and the update of a sharded strategy
+    on the timeline; cs: the compute tasks' (start, end) from the start of forward."""
+    nl, t_io, t_h2d = len(net.layers), phases.io_us, phases.h2d_us
+    t0 = io_exposed + t_h2d
+    tl: list[Span] = []
+    if t_io > 0:
+        tl.append({"lane": "io", "name": "read the next batch (prefetch thread)" if strategy.io_prefetch
+                   else "read the batch", "start_us": io_exposed + t_h2d if strategy.io_prefetch else 0.0,
+                   "end_us": (io_exposed + t_h2d if strategy.io_prefetch else 0.0) + t_io})
+    if t_h2d > 0:
+        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": io_exposed, "end_us": t0})
+    order = list(range(nl)) + list(reversed(range(nl)))
+    for k, (s, e) in enumerate(cs[:2 * nl]):
+        if e > s:
+            tl.append({"lane": "forward" if k < nl else "backward", "name": net.layers[order[k]].name,
+                       "start_us": t0 + s, "end_us": t0 + e})
+    if t_u > 0:
+        tl.append({"lane": "update", "name": f"update of 1/{n} of the parameters", "start_us": t0 + cs[-1][0],
+                   "end_us": t0 + cs[-1][1]})
+    return tl
+
+
+def _sharded_messages(plan: Sequence[dict[str, Any]], cs: Sequence[tuple[float, float]],
+                      ms: Sequence[tuple[float, float]], b0: float, t0: float) -> tuple[list[Message], list[Span]]:
+    """The messages (times from backward's start b0) and their spans on the timeline (from t0,
+    forward's start); cs, ms: the compute and comm tasks' (start, end) from forward's start."""
+    messages: list[Message] = []
+    tl: list[Span] = []
+    for m, (s, e) in zip(plan, ms, strict=True):
+        ready_at = cs[m["ready"] - 1][1] if m["ready"] > 0 else 0.0
+        messages.append(ShardMessage(tuple(m["layers"]), m["bytes"], ready_at - b0, s - b0, e - b0,
+                                     m["collective"], m["when"]))
+        if e > s:
+            label = f"{m['collective']} {m['when']} {message_label(m['layers'])}"
+            tl.append(MessageSpan(lane="comm", name=label, start_us=t0 + s, end_us=t0 + e, bytes=m["bytes"]))
+    return messages, tl
+
+
 def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                     workers: int, dtype_bytes: int = 4) -> Prediction:
     """The iteration of a sharded strategy (ZeRO-1/2/3, FSDP): plan_sharded's messages priced by
@@ -990,48 +1087,20 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
     plan = plan_sharded(net, strategy, dtype_bytes)
     costs = [comm.allreduce_us(m["collective"], m["bytes"], n) for m in plan]
     compute = fwd + bwd[::-1] + [t_u]
-    needs: list[int | None] = [None] * len(compute)
-    for j, m in enumerate(plan):
-        if m["needed_by"] is not None:
-            needs[m["needed_by"]] = j
-    rs = [j for j, m in enumerate(plan) if m["collective"] == "reduce_scatter"]
-    needs[2 * nl] = rs[-1] if rs else None  # the update waits for its reduced gradients
+    needs = _sharded_needs(plan, len(compute), nl)
     ready = [m["ready"] for m in plan]
     c_slow, m_slow = phases.slowdowns(strategy.name)
     cs, ms = schedule_lanes(compute, needs, costs, ready, c_slow, m_slow)
     span = max(cs[-1][1], ms[-1][1] if ms else 0.0)  # from the start of forward
-    t_f, t_b, t_io, t_h2d = phases.forward_us, phases.backward_us, phases.io_us, phases.h2d_us
-    eta = phases.overlap_efficiency
-    beside = (1 - eta) * t_io if phases.read_beside_us is None else phases.read_beside_us
-    io_exposed = max(beside, t_io - span) if strategy.io_prefetch else t_io
-    t_iter = t_h2d + (max(beside + span, t_io) if strategy.io_prefetch else t_io + span)
-    t0 = io_exposed + t_h2d
+    t_f, t_b, t_h2d = phases.forward_us, phases.backward_us, phases.h2d_us
+    io_exposed, t_iter = _io_exposure(phases, strategy, span)
     b0 = cs[nl][0] if nl < len(cs) else 0.0  # backward's start
-    tl: list[Span] = []
-    if t_io > 0:
-        tl.append({"lane": "io", "name": "read the next batch (prefetch thread)" if strategy.io_prefetch
-                   else "read the batch", "start_us": io_exposed + t_h2d if strategy.io_prefetch else 0.0,
-                   "end_us": (io_exposed + t_h2d if strategy.io_prefetch else 0.0) + t_io})
-    if t_h2d > 0:
-        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": io_exposed, "end_us": t0})
-    order = list(range(nl)) + list(reversed(range(nl)))
-    for k, (s, e) in enumerate(cs[:2 * nl]):
-        if e > s:
-            tl.append({"lane": "forward" if k < nl else "backward", "name": net.layers[order[k]].name,
-                       "start_us": t0 + s, "end_us": t0 + e})
-    if t_u > 0:
-        tl.append({"lane": "update", "name": f"update of 1/{n} of the parameters", "start_us": t0 + cs[-1][0],
-                   "end_us": t0 + cs[-1][1]})
-    messages: list[Message] = []
-    for m, (s, e) in zip(plan, ms, strict=True):
-        ready_at = cs[m["ready"] - 1][1] if m["ready"] > 0 else 0.0
-        messages.append(ShardMessage(tuple(m["layers"]), m["bytes"], ready_at - b0, s - b0, e - b0,
-                                     m["collective"], m["when"]))
-        if e > s:
-            label = f"{m['collective']} {m['when']} {message_label(m['layers'])}"
-            tl.append(MessageSpan(lane="comm", name=label, start_us=t0 + s, end_us=t0 + e, bytes=m["bytes"]))
+    tl = _sharded_compute_spans(net, strategy, phases, io_exposed, cs, n, t_u)
+    messages, comm_spans = _sharded_messages(plan, cs, ms, b0, io_exposed + t_h2d)
+    tl += comm_spans
     comm_exposed = span - t_f - t_b - t_u  # what communication (and contention) adds to compute
     if abs(comm_exposed) <= 1e-9 * max(1.0, span):  # the rounding of a sum, not a time
         comm_exposed = 0.0
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, sum(costs),
                       comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]))
+

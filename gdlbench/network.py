@@ -428,7 +428,8 @@ def _is_comment(key: Any) -> bool:
     return isinstance(key, str) and key.startswith(("_", "#"))
 
 
-def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Layer]]:
+def _check_spec(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Any]]:
+    """The spec's name, input shape and raw layers, checked (its keys, their types)."""
     if not isinstance(spec, dict):
         raise UsageError(f"{origin}: a network spec is an object with 'name', 'input' and 'layers'")
     unknown = sorted(k for k in set(spec) - {"name", "input", "layers", "description", "source", "published"}
@@ -447,49 +448,69 @@ def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Laye
     raw_layers = spec.get("layers")
     if not isinstance(raw_layers, list) or not raw_layers:
         raise UsageError(f"{origin}: 'layers' must be a non-empty list")
+    return name, input_shape, raw_layers
+
+
+def _input_indices(where: str, inputs: Any, index: dict[str, int], later_layers: list[Any]) -> list[int]:
+    """The indices of a layer's inputs among the layers before it (-1: the data); later_layers:
+    the raw layers from this one on, to say why an input is missing."""
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not inputs:
+        raise UsageError(f"{where}: 'inputs' must be a list of layer names")
+    idx: list[int] = []
+    for src in inputs:
+        if not isinstance(src, str):
+            raise UsageError(f"{where}: 'inputs' must be a list of layer names, got {src!r} in it")
+        if src == DATA:
+            idx.append(-1)
+        elif src in index:
+            idx.append(index[src])
+        else:
+            later = any(isinstance(r, dict) and r.get("name") == src for r in later_layers)
+            raise UsageError(f"{where}: input {src!r} " + (
+                "comes later in the list (layers must be in topological order)" if later
+                else "is not a layer defined before it (or 'data')"))
+    return idx
+
+
+def _build_layer(origin: str, i: int, raw_layers: list[Any], index: dict[str, int], layers: list[Layer],
+                 input_shape: tuple[int, int, int]) -> Layer:
+    """Layer #i of the spec, checked, with its shapes inferred from the layers before it."""
+    raw = raw_layers[i]
+    if not isinstance(raw, dict):
+        raise UsageError(f"{origin}: layer #{i} is not an object")
+    lname = raw.get("name")
+    if not isinstance(lname, str) or not lname:
+        raise UsageError(f"{origin}: layer #{i} needs a 'name' string")
+    where = f"{origin}: layer {lname!r}"
+    if lname == DATA or lname in index:
+        raise UsageError(f"{where}: duplicate name" if lname in index else f"{where}: {DATA!r} is reserved")
+    ltype = raw.get("type")
+    if not isinstance(ltype, str) or ltype not in _ATTRS:
+        raise UsageError(f"{where}: unknown type {ltype!r} (known: {', '.join(LAYER_TYPES)})")
+    idx = _input_indices(where, raw.get("inputs", [layers[-1].name] if layers else [DATA]), index, raw_layers[i:])
+    attrs = _normalise_attrs(where, ltype, {k: v for k, v in raw.items()
+                                            if k not in ("name", "type", "inputs", "block") and not _is_comment(k)})
+    block = raw.get("block", "")
+    if not isinstance(block, str):
+        raise UsageError(f"{where}: 'block' must be a string, got {block!r}")
+    shapes = [input_shape if j < 0 else layers[j].out_shape for j in idx]
+    out, pshapes, macs = _infer(where, ltype, attrs, shapes)
+    if ltype == "lm_head" and attrs["tied"]:
+        _check_tied(where, attrs["vocab"], shapes[0][0], layers)
+    return Layer(lname, ltype, tuple(idx), tuple(shapes), out, attrs, tuple(pshapes), macs, block)
+
+
+def _build(spec: Any, origin: str) -> tuple[str, tuple[int, int, int], list[Layer]]:
+    """A spec's name, input shape and layers, each checked (UsageError naming `origin`)."""
+    name, input_shape, raw_layers = _check_spec(spec, origin)
     index: dict[str, int] = {}
     layers: list[Layer] = []
-    for i, raw in enumerate(raw_layers):
-        if not isinstance(raw, dict):
-            raise UsageError(f"{origin}: layer #{i} is not an object")
-        lname = raw.get("name")
-        if not isinstance(lname, str) or not lname:
-            raise UsageError(f"{origin}: layer #{i} needs a 'name' string")
-        where = f"{origin}: layer {lname!r}"
-        if lname == DATA or lname in index:
-            raise UsageError(f"{where}: duplicate name" if lname in index else f"{where}: {DATA!r} is reserved")
-        ltype = raw.get("type")
-        if not isinstance(ltype, str) or ltype not in _ATTRS:
-            raise UsageError(f"{where}: unknown type {ltype!r} (known: {', '.join(LAYER_TYPES)})")
-        inputs = raw.get("inputs", [layers[-1].name] if layers else [DATA])
-        if isinstance(inputs, str):
-            inputs = [inputs]
-        if not isinstance(inputs, list) or not inputs:
-            raise UsageError(f"{where}: 'inputs' must be a list of layer names")
-        idx: list[int] = []
-        for src in inputs:
-            if not isinstance(src, str):
-                raise UsageError(f"{where}: 'inputs' must be a list of layer names, got {src!r} in it")
-            if src == DATA:
-                idx.append(-1)
-            elif src in index:
-                idx.append(index[src])
-            else:
-                later = any(isinstance(r, dict) and r.get("name") == src for r in raw_layers[i:])
-                raise UsageError(f"{where}: input {src!r} " + (
-                    "comes later in the list (layers must be in topological order)" if later
-                    else "is not a layer defined before it (or 'data')"))
-        attrs = _normalise_attrs(where, ltype, {k: v for k, v in raw.items()
-                                                if k not in ("name", "type", "inputs", "block") and not _is_comment(k)})
-        block = raw.get("block", "")
-        if not isinstance(block, str):
-            raise UsageError(f"{where}: 'block' must be a string, got {block!r}")
-        shapes = [input_shape if j < 0 else layers[j].out_shape for j in idx]
-        out, pshapes, macs = _infer(where, ltype, attrs, shapes)
-        if ltype == "lm_head" and attrs["tied"]:
-            _check_tied(where, attrs["vocab"], shapes[0][0], layers)
-        index[lname] = len(layers)
-        layers.append(Layer(lname, ltype, tuple(idx), tuple(shapes), out, attrs, tuple(pshapes), macs, block))
+    for i in range(len(raw_layers)):
+        layer = _build_layer(origin, i, raw_layers, index, layers, input_shape)
+        index[layer.name] = len(layers)
+        layers.append(layer)
     return name, input_shape, layers
 
 

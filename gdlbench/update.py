@@ -130,20 +130,21 @@ def update(params: int | str = 25_600_000, device: str = "auto", *, lr: float = 
     if dev == "cpu":
         hostmem.require_host(total, "update")
         threads = threads or env.default_threads()
-        d = _core.update_bench(int(params), lr, momentum, weight_decay, warmup, iters, threads)
+        d = _core.update_bench(n=int(params), lr=lr, momentum=momentum, wd=weight_decay, warmup=warmup, iters=iters,
+                               threads=threads)
         clock = "steady-clock"
         region_u = f"one sgd_update over {params} fp32 parameters (OpenMP, {threads} threads)"
         region_c = f"one memcpy of {d.copy_bytes} bytes split over {threads} threads"
-        step = lambda w, g, v: _core.sgd_update(w, g, v, lr, momentum, weight_decay)  # noqa: E731
+        step = lambda w, g, v: _core.sgd_update(w, g, v, lr=lr, momentum=momentum, wd=weight_decay)  # noqa: E731
     else:
         cuda = require_cuda()
         hostmem.require_device(cuda, total, "update")
         threads = None
-        d = cuda.update_bench(int(params), lr, momentum, weight_decay, warmup, iters)
+        d = cuda.update_bench(n=int(params), lr=lr, momentum=momentum, wd=weight_decay, warmup=warmup, iters=iters)
         clock = "cuda-events"
         region_u = f"one SGD kernel over {params} fp32 parameters (float4 loads)"
         region_c = f"one cudaMemcpyAsync device-to-device of {d.copy_bytes} bytes"
-        step = lambda w, g, v: cuda.sgd_update_host(w, g, v, lr, momentum, weight_decay)  # noqa: E731
+        step = lambda w, g, v: cuda.sgd_update_host(w, g, v, lr=lr, momentum=momentum, wd=weight_decay)  # noqa: E731
     result = UpdateResult(int(params), dev, threads, lr, momentum, weight_decay,
                           Measurement(d.update_us, clock, region_u), Measurement(d.copy_us, clock, region_c),
                           int(d.copy_bytes))

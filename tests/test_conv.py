@@ -334,7 +334,8 @@ class _FakeCuda:
             return bits.astype(np.uint16).view(np.uint8).ravel()
         return a.view(np.uint8).ravel()
 
-    def conv_check(self, g, dtype, layout, mode, named, limit):
+    def conv_check(self, geometry, dtype, layout, mode, named, workspace_limit):
+        g = geometry
         sh = ConvShape(g["n"], g["c"], g["h"], g["w"], g["k"], g["r"], g["s"], (g["stride_h"], g["stride_w"]),
                        (g["pad_h"], g["pad_w"]), (g["dilation_h"], g["dilation_w"]), g["groups"], bool(g["bias"]))
         nhwc = layout == "nhwc"
@@ -360,7 +361,7 @@ class _FakeCuda:
         raw["algos"] = {"fwd": "IMPLICIT_GEMM", "bwd-data": "ALGO_1", "bwd-filter": "ALGO_1"}
         return raw
 
-    def conv_time(self, g, dtype, layout, mode, named, limit, passes, all_algos, warmup, iters):
+    def conv_time(self, geometry, dtype, layout, mode, named, workspace_limit, passes, all_algos, warmup, iters):
         rows = []
         for p in passes:
             for algo in (self.conv_algo_names()[p] if all_algos else [named.get(p, "IMPLICIT_GEMM")]):
@@ -400,8 +401,8 @@ def test_gpu_host_side_a_missing_bias_gradient_fails_the_check(monkeypatch):
     """run_cuda gives db None when the device returned none; with a bias that is a failed check
     naming db, not a KeyError."""
     class NoBiasGradient(_FakeCuda):
-        def conv_check(self, *args):
-            raw = super().conv_check(*args)
+        def conv_check(self, **kwargs):
+            raw = super().conv_check(**kwargs)
             raw.pop("db", None)
             return raw
 

@@ -108,7 +108,8 @@ from gdlbench.strategies import get_strategies
 from mpi4py import MPI
 net = load_network({MLP!r})
 ref = _core.Net(net.layer_specs(), 4)  # one iteration alone: the same batch (labels advance per iteration)
-ref.time_iteration([], False, "library", 1, MPI.COMM_SELF, None, False, 0, 1)
+ref.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=MPI.COMM_SELF,
+                   io=None, prefetch=False, warmup=0, iters=1)
 expected = 2 * ref.grads()
 if sys.argv[1] != "0":  # test-only: the executor's gradients read back with K of them wrong
     os.environ["GDLBENCH_FAULT"] = "grads=" + sys.argv[1]
@@ -117,7 +118,8 @@ for name, algo, servers in (("serial", "library", 1), ("wfbp", "ring", 1), ("wfb
                             ("mxnet", "ps", 2), ("tensorflow", "ps", 1), ("wfbp", "hier", 1)):
     exe = _core.Net(net.layer_specs(), 4)
     plan = plan_messages(net, get_strategies(name)[0], exe.layer_param_offset)
-    exe.time_iteration(plan.messages, name != "serial", algo, servers, MPI.COMM_WORLD, None, False, 0, 1)
+    exe.time_iteration(messages=plan.messages, overlap=name != "serial", algo=algo, servers=servers,
+                       comm=MPI.COMM_WORLD, io=None, prefetch=False, warmup=0, iters=1)
     got = exe.grads()
     wrong[name + "/" + algo] = int(np.count_nonzero(~np.isclose(got, expected, rtol=1e-6, atol=1e-7)))
 print("WRONG " + json.dumps(wrong))
@@ -277,7 +279,8 @@ def test_training_stays_at_a_training_runs_scale(device):
         exe = _cuda.Net(net.layer_specs(), 4)
     exe.forward_backward()
     grad0 = float(np.abs(exe.grads()).max())
-    exe.time_iteration([], False, "library", 1, MPI.COMM_WORLD, None, False, 0, 300)
+    exe.time_iteration(messages=[], overlap=False, algo="library", servers=1, comm=MPI.COMM_WORLD, io=None,
+                       prefetch=False, warmup=0, iters=300)
     exe.forward_backward()
     grads = exe.grads()
     tiny = np.finfo(np.float32).tiny
@@ -378,12 +381,14 @@ plan = plan_messages(net, get_strategies("wfbp")[0], exe.layer_param_offset)
 if MPI.COMM_WORLD.rank == 1:
     threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
 if sys.argv[1] == "messages":
-    exe.time_messages(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, 10**8, timeout_s=3)
+    exe.time_messages(messages=plan.messages, algo="ring", servers=1, comm=MPI.COMM_WORLD, warmup=0, iters=10**8,
+                      timeout_s=3)
 elif sys.argv[1] == "contention":  # rounds of backward beside its messages, until the peer stops
     for _ in range(10**8):
-        exe.time_contention(plan.messages, "ring", 1, MPI.COMM_WORLD, 0, timeout_s=3)
+        exe.time_contention(messages=plan.messages, algo="ring", servers=1, comm=MPI.COMM_WORLD, warmup=0, timeout_s=3)
 else:
-    exe.time_iteration(plan.messages, True, "ring", 1, MPI.COMM_WORLD, None, False, 0, 10**8, timeout_s=3)
+    exe.time_iteration(messages=plan.messages, overlap=True, algo="ring", servers=1, comm=MPI.COMM_WORLD, io=None,
+                       prefetch=False, warmup=0, iters=10**8, timeout_s=3)
 """
 
 

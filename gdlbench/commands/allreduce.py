@@ -59,62 +59,82 @@ def _short_algo(name: str) -> str:
     return costmodel.canonical(name) if costmodel.known(name) else name
 
 
+def _size_options(p: argparse.ArgumentParser) -> None:
+    """The sweep's sizes, as nccl-tests takes them."""
+    g = p.add_argument_group("sizes (nccl-tests: K/M/G are 1024-based; KB/MB/GB 1000-based)")
+    g.add_argument("--size", help="one size or a comma-separated list: 100MB or 8,4K,1M")
+    g.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", help="smallest size of the sweep (default 32M)")
+    g.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", help="largest size of the sweep (default 32M)")
+    g.add_argument("-f", "--step-factor", "--stepfactor", dest="step_factor", type=float, default=1.0,
+                   help="multiply the size by this each step (default 1: add --step-bytes)")
+    g.add_argument("-i", "--step-bytes", "--stepbytes", dest="step_bytes", default="1M",
+                   help="add this each step when -f is 1 (default 1M)")
+
+
+def _row_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
+    """What each row runs: the check, the dtypes, the ops and the algorithms."""
+    p.add_argument("-c", "--check", type=int, default=1,
+                   help="exact correctness checks per row, untimed (default 1; 0: off)")
+    p.add_argument("-d", "--dtype", "--datatype", dest="dtype", default="float32",
+                   help=f"{', '.join(C.DTYPES)}; a comma list or all (default float32)")
+    if kind.reduces:
+        p.add_argument("-o", "--op", default="sum", help=f"{', '.join(C.OPS)}; a comma list or all (default sum)")
+    if len(kind.algos) > 1:
+        p.add_argument("--algo", default="library",
+                       help="library (MPI_Allreduce / ncclAllReduce), ring, rd (recursive doubling), tree "
+                            "(binomial reduce + broadcast), ps (parameter server), hier (two levels: "
+                            "intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node "
+                            "all-gather; below 64 KiB the node leaders' reduce/all-reduce/broadcast; the "
+                            "algo column says which ran); a comma list or all (what the backend lacks is "
+                            "listed as waived)")
+        p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
+
+
+def _fit_options(p: argparse.ArgumentParser) -> None:
+    """--fit and its options, and --beside-compute (the collectives the model fits)."""
+    p.add_argument("--fit", action="store_true",
+                   help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
+    p.add_argument("--fit-regimes", type=int, default=4, metavar="K",
+                   help="piecewise fit: K ranges of sizes, each with its own alpha and beta, placed where "
+                        "the error is least (latency, eager/in-cache and memory-bound regimes; default 4; 1: one "
+                        "line for every size)")
+    p.add_argument("--fit-min", default="0", metavar="BYTES",
+                   help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
+                        "regime); errors are printed for every size (default 0: fit all)")
+    p.add_argument("--beside-compute", action="store_true",
+                   help="gloo: also measure how a compute thread and the all-reduce slow each other "
+                        "(at the sweep's largest size up to 25 MiB, a DDP bucket); predict --from this "
+                        "report applies it while backward and the messages overlap")
+
+
+def _run_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
+    """The root or the mode, the buffers' rotation, the backend and the timeout."""
+    if kind.rooted:
+        p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
+    else:
+        p.add_argument("--mode", choices=("both", "out", "in"), default="both",
+                       help="out-of-place, in-place or both (default both, as nccl-tests)")
+    p.add_argument("--rotate", default="0", metavar="BYTES",
+                   help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
+                        "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
+    p.add_argument("--backend", default="auto",
+                   help="mpi, nccl or gloo (default: nccl on a GPU, mpi on the CPU; gloo: PyTorch's, the "
+                        "library DDP uses on CPUs, through torch.distributed: needs gdlbench[torch])")
+    p.add_argument("-T", "--timeout", type=float, default=C.DEFAULT_TIMEOUT_S,
+                   help=f"abort the job when one collective makes no progress for this many seconds "
+                        f"(a dead or hung rank); default {C.DEFAULT_TIMEOUT_S:g}, 0: off")
+
+
 def make(collective: str) -> tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]:
     """The (add_arguments, run) pair of one collective's subcommand."""
     kind = C.kind(collective)
 
     def add_arguments(p: argparse.ArgumentParser) -> None:
-        g = p.add_argument_group("sizes (nccl-tests: K/M/G are 1024-based; KB/MB/GB 1000-based)")
-        g.add_argument("--size", help="one size or a comma-separated list: 100MB or 8,4K,1M")
-        g.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", help="smallest size of the sweep (default 32M)")
-        g.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", help="largest size of the sweep (default 32M)")
-        g.add_argument("-f", "--step-factor", "--stepfactor", dest="step_factor", type=float, default=1.0,
-                       help="multiply the size by this each step (default 1: add --step-bytes)")
-        g.add_argument("-i", "--step-bytes", "--stepbytes", dest="step_bytes", default="1M",
-                       help="add this each step when -f is 1 (default 1M)")
-        p.add_argument("-c", "--check", type=int, default=1,
-                       help="exact correctness checks per row, untimed (default 1; 0: off)")
-        p.add_argument("-d", "--dtype", "--datatype", dest="dtype", default="float32",
-                       help=f"{', '.join(C.DTYPES)}; a comma list or all (default float32)")
-        if kind.reduces:
-            p.add_argument("-o", "--op", default="sum", help=f"{', '.join(C.OPS)}; a comma list or all (default sum)")
-        if len(kind.algos) > 1:
-            p.add_argument("--algo", default="library",
-                           help="library (MPI_Allreduce / ncclAllReduce), ring, rd (recursive doubling), tree "
-                                "(binomial reduce + broadcast), ps (parameter server), hier (two levels: "
-                                "intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node "
-                                "all-gather; below 64 KiB the node leaders' reduce/all-reduce/broadcast; the "
-                                "algo column says which ran); a comma list or all (what the backend lacks is "
-                                "listed as waived)")
-            p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
+        _size_options(p)
+        _row_options(p, kind)
         if kind.fits:
-            p.add_argument("--fit", action="store_true",
-                           help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
-            p.add_argument("--fit-regimes", type=int, default=4, metavar="K",
-                           help="piecewise fit: K ranges of sizes, each with its own alpha and beta, placed where "
-                                "the error is least (latency, eager/in-cache and memory-bound regimes; default 4; 1: one "
-                                "line for every size)")
-            p.add_argument("--fit-min", default="0", metavar="BYTES",
-                           help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
-                                "regime); errors are printed for every size (default 0: fit all)")
-            p.add_argument("--beside-compute", action="store_true",
-                           help="gloo: also measure how a compute thread and the all-reduce slow each other "
-                                "(at the sweep's largest size up to 25 MiB, a DDP bucket); predict --from this "
-                                "report applies it while backward and the messages overlap")
-        if kind.rooted:
-            p.add_argument("-r", "--root", type=int, default=0, help="root rank (default 0)")
-        else:
-            p.add_argument("--mode", choices=("both", "out", "in"), default="both",
-                           help="out-of-place, in-place or both (default both, as nccl-tests)")
-        p.add_argument("--rotate", default="0", metavar="BYTES",
-                       help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
-                            "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
-        p.add_argument("--backend", default="auto",
-                       help="mpi, nccl or gloo (default: nccl on a GPU, mpi on the CPU; gloo: PyTorch's, the "
-                            "library DDP uses on CPUs, through torch.distributed: needs gdlbench[torch])")
-        p.add_argument("-T", "--timeout", type=float, default=C.DEFAULT_TIMEOUT_S,
-                       help=f"abort the job when one collective makes no progress for this many seconds "
-                            f"(a dead or hung rank); default {C.DEFAULT_TIMEOUT_S:g}, 0: off")
+            _fit_options(p)
+        _run_options(p, kind)
         common_options(p)
 
     def run(args: argparse.Namespace) -> int:
@@ -229,17 +249,11 @@ def _check_memory(collective: str, plan: Plan, nranks: int, comm: MPI.Comm) -> N
                          f"({env.local_ranks()} ranks), {format_bytes(available)} available")
 
 
-def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) -> int:
-    nranks = comm.Get_size()
-    is_root = env.rank() == 0
-    env.local_ranks()  # collective (Split_type), cached: env.collect() on rank 0 alone must not call it first
-    if plan["backend"] == "mpi":
-        _core.keep_freed_memory(1 << 30)
-    combos = plan["combos"]
-    total = len(combos) * len(plan["sizes"]) * len(plan["modes"])
-    progress = Progress(total, collective, enabled=is_root)
+def _sweep(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm,
+           progress: Progress) -> list[C.CollectiveResult]:
+    """One row per (dtype, op, algo), size and mode, in that order."""
     results: list[C.CollectiveResult] = []
-    for dtype, op, algo in combos:
+    for dtype, op, algo in plan["combos"]:
         for size in plan["sizes"]:
             for mode in plan["modes"]:
                 r = C.run_one(collective, size, dtype, op, algo, plan["backend"], mode, iters=args.iters,
@@ -248,28 +262,40 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
                 results.append(r)
                 progress.step(f"{dtype} {op or ''} {algo} {r.size_bytes} B {'in' if mode else 'out'}: "
                               f"{r.time_us:.1f} us")
+    return results
 
-    fits: list[C.AlphaBetaFit] = []
-    gamma_note = None
-    levels = None
-    if plan["fit"]:
-        fits, gamma_note = _fit(results, plan, comm)
-        if C.kind(collective).fits and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
-            mode = True if True in plan["modes"] else plan["modes"][0]  # in place if asked
-            sweep = LevelSweep(plan["sizes"], plan["dtypes"][0], plan["ops"][0], mode, args.iters, args.warmup,
-                               args.check, args.timeout, plan["rotate"], plan["fit_min"], plan["fit_regimes"])
-            levels = fit_levels(sweep, comm, results, fits, progress.step)
 
-    contention = None
-    if getattr(args, "beside_compute", False):
-        from .. import gloo
+def _fit_with_levels(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm, progress: Progress,
+                     results: list[C.CollectiveResult]) -> tuple[list[C.AlphaBetaFit], str | None, dict[str, Any] | None]:
+    """--fit: (the fits, the note on gamma, and on several nodes over MPI the fit per level, else
+    None); without --fit nothing."""
+    if not plan["fit"]:
+        return [], None, None
+    fits, gamma_note = _fit(results, plan, comm)
+    levels: dict[str, Any] | None = None
+    if C.kind(collective).fits and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
+        mode = True if True in plan["modes"] else plan["modes"][0]  # in place if asked
+        sweep = LevelSweep(plan["sizes"], plan["dtypes"][0], plan["ops"][0], mode, args.iters, args.warmup,
+                           args.check, args.timeout, plan["rotate"], plan["fit_min"], plan["fit_regimes"])
+        levels = fit_levels(sweep, comm, results, fits, progress.step)
+    return fits, gamma_note, levels
 
-        size = max([s for s in plan["sizes"] if s <= 25 * 2**20] or [min(plan["sizes"])])
-        contention = gloo.contention(size, max(3, min(args.iters, 10)), comm)
-        progress.step(f"beside compute: compute-bound x {contention['compute_slowdown']:.3f}, memory-bound x "
-                      f"{contention['memory_slowdown']:.3f}, all-reduce x {contention['comm_slowdown']:.3f}")
-    wrong_rows = sum(1 for r in results if r.wrong)
-    region = C.region(plan["backend"], [a for _, _, a in combos])
+
+def _beside_compute(args: argparse.Namespace, plan: Plan, comm: MPI.Comm, progress: Progress) -> dict[str, Any] | None:
+    """--beside-compute: how a compute thread and gloo's all-reduce slow each other (else None)."""
+    if not getattr(args, "beside_compute", False):
+        return None
+    from .. import gloo
+
+    size = max([s for s in plan["sizes"] if s <= 25 * 2**20] or [min(plan["sizes"])])
+    contention: dict[str, Any] = gloo.contention(size, max(3, min(args.iters, 10)), comm)
+    progress.step(f"beside compute: compute-bound x {contention['compute_slowdown']:.3f}, memory-bound x "
+                  f"{contention['memory_slowdown']:.3f}, all-reduce x {contention['comm_slowdown']:.3f}")
+    return contention
+
+
+def _notes(collective: str, plan: Plan, nranks: int, gamma_note: str | None) -> list[str]:
+    """The report's notes: conventions, what the backend does, what was waived."""
     notes = [f"sizes: {SIZE_CONVENTION}"]
     if C.kind(collective).size_is_total:
         notes.append("size = the total buffer (N blocks of count elements), as nccl-tests; count is per rank")
@@ -286,25 +312,48 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
                      "starts from memory, not from cache")
     if gamma_note:
         notes.append(gamma_note)
-    notes += [f"waived (not run): {why}" for why in dict.fromkeys(w.waived for w in plan["waived"])]
+    return notes + [f"waived (not run): {why}" for why in dict.fromkeys(w.waived for w in plan["waived"])]
+
+
+def _summary(plan: Plan, args: argparse.Namespace, nranks: int, results: list[C.CollectiveResult],
+             fits: list[C.AlphaBetaFit], levels: dict[str, Any] | None, contention: dict[str, Any] | None) -> dict[str, Any]:
+    """The report's summary: the backend, wrong and waived rows, the mean busbw, the fits."""
+    wrong_rows = sum(1 for r in results if r.wrong)
+    return {"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
+            "rows_with_wrong": wrong_rows if args.check else None,
+            "rows_waived": len(plan["waived"]),
+            "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
+            **({"contention": contention} if contention else {}),
+            **({"fit": [f.to_dict() for f in fits]} if plan["fit"] and not levels else {}),
+            **({"fit": {"whole": [f.to_dict() for f in fits], "levels": levels}} if levels else {})}
+
+
+def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) -> int:
+    """Sweep, fit, report (rank 0 prints and writes it); 1 or CheckFailed on a wrong row."""
+    nranks = comm.Get_size()
+    is_root = env.rank() == 0
+    env.local_ranks()  # collective (Split_type), cached: env.collect() on rank 0 alone must not call it first
+    if plan["backend"] == "mpi":
+        _core.keep_freed_memory(1 << 30)
+    total = len(plan["combos"]) * len(plan["sizes"]) * len(plan["modes"])
+    progress = Progress(total, collective, enabled=is_root)
+    results = _sweep(collective, args, plan, comm, progress)
+    fits, gamma_note, levels = _fit_with_levels(collective, args, plan, comm, progress, results)
+    contention = _beside_compute(args, plan, comm, progress)
     report = Compare(
         [*results, *plan["waived"]], args=vars(args) | {"backend": plan["backend"], "sizes": plan["sizes"]},
-        timing={"clock": "steady-clock", "region": region, "rank_reduction": "max",
+        timing={"clock": "steady-clock", "region": C.region(plan["backend"], [a for _, _, a in plan["combos"]]),
+                "rank_reduction": "max",
                 "rank_reduction_detail": "each iteration's time is the max over ranks (MPI_Allreduce MAX)",
                 "busbw_factor": C.kind(collective).bus_factor_formula},
-        summary={"nranks": nranks, "backend": plan["backend"], "backend_why": plan["backend_why"],
-                 "rows_with_wrong": wrong_rows if args.check else None,
-                 "rows_waived": len(plan["waived"]),
-                 "avg_busbw_gbs": sum(r.busbw_gbs for r in results) / len(results),
-                 **({"contention": contention} if contention else {}),
-                 **({"fit": [f.to_dict() for f in fits]} if plan["fit"] and not levels else {}),
-                 **({"fit": {"whole": [f.to_dict() for f in fits], "levels": levels}} if levels else {})},
-        notes=notes, comm=comm).report()
+        summary=_summary(plan, args, nranks, results, fits, levels, contention),
+        notes=_notes(collective, plan, nranks, gamma_note), comm=comm).report()
     if is_root:
         _print(collective, args, plan, results, fits, report, nranks)
         if levels:
             _print_levels(levels)
         plan["outputs"].write(report)
+    wrong_rows = sum(1 for r in results if r.wrong)
     if wrong_rows:
         if not is_root:
             return 1

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich.console import Console
+
 from .. import env
 from ..cli import common_options, outputs
 from ..collectives import DEFAULT_TIMEOUT_S
@@ -160,11 +162,10 @@ def print_first_screen(r: IterationResult, it: Iteration, chosen: bool) -> None:
     _say(next_step(r, rows, it.net.origin if it.net.origin != "<dict>" else r.net))
 
 
-def print_result(r: IterationResult, it: Iteration) -> None:
-    serial = sum(m.median for k, m in r.phases.items())
+def _print_phases(console: Console, r: IterationResult, it: Iteration, serial: float) -> None:
+    """The run's header, then the phases alone and the layers that take the most time."""
     phase_rows = [{"phase": k, "time_ms": m.median / 1e3, "p95_ms": m.p95 / 1e3, "time_cv": m.cv,
                    "share_pct": 100 * m.median / serial, "noisy": m.noisy} for k, m in r.phases.items()]
-    console = stdout_console()
     console.print(f"gdlbench iteration: {r.net}, batch {r.batch} per worker, {r.world_size} worker(s), device "
                   f"{r.device} ({it.device_why}), {r.threads} compute threads per rank", highlight=False, markup=False)
     if r.conv_algorithms:
@@ -177,6 +178,10 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                         "phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
                 [{**la, "forward_ms": la["forward_us"] / 1e3, "backward_ms": la["backward_us"] / 1e3} for la in r.top_layers()])
+
+
+def _print_strategies(r: IterationResult, serial: float) -> None:
+    """The model against the composed iteration per strategy, and each phase alone against inside it."""
     rows = r.strategy_rows()
     notes = "; ".join(f"{run.strategy.name}: {run.strategy.describe()}" for run in r.runs)
     print_table("composed iteration per strategy: the model (from the phases above) against the real run",
@@ -194,6 +199,10 @@ def print_result(r: IterationResult, it: Iteration) -> None:
                 caption="(inside - alone) / alone, medians over the rounds, the slowest rank's; a phase under "
                         f"{100 * SMALL_PHASE:.0f} % of the iteration alone: inside - alone in ms; comm: the sum of "
                         "the messages' times (alone: each message alone)")
+
+
+def _print_contention(console: Console, r: IterationResult) -> None:
+    """The measured contention: backward beside each set of messages, and the read beside compute."""
     # strategies whose contention was measured with the same messages
     shared: dict[tuple[Sequence[float], Sequence[float], int], list[str]] = {}
     for name, (cm, mm) in r.slowdowns.items():
@@ -209,6 +218,10 @@ def print_result(r: IterationResult, it: Iteration) -> None:
         console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
                       f"alone) cost the compute beside it {rb.median / 1e3:.2f} ms (median of {len(rb.samples_us)} "
                       "rounds); prefetching strategies pay that", markup=False, highlight=False)
+
+
+def _print_model_notes(console: Console, r: IterationResult, it: Iteration) -> None:
+    """The model's overlap efficiency, and what this machine and run leave out or cannot show."""
     eta = r.overlap_efficiency
     console.print(f"model: overlap efficiency {eta:g} ("
                   + ("the compute threads fill every core, so communication and prefetched I/O overlapped with "
@@ -230,6 +243,16 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     if r.world_size == 1:
         console.print("one worker: every message is a 1-rank all-reduce, so comm is ~0 and strategies differ "
                       "only in I/O prefetch; run under mpiexec -n N to see communication.", markup=False)
+
+
+def print_result(r: IterationResult, it: Iteration) -> None:
+    """The full report on the terminal (--full)."""
+    serial = sum(m.median for k, m in r.phases.items())
+    console = stdout_console()
+    _print_phases(console, r, it, serial)
+    _print_strategies(r, serial)
+    _print_contention(console, r)
+    _print_model_notes(console, r, it)
 
 
 def run(args: argparse.Namespace) -> int:
