@@ -262,6 +262,25 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
     cfg, an, env, prov = index["config"], index["analysis"], index.get("env", {}), index.get("provenance", {})
     n_meas = cfg["world_size"]
     doc = Doc(f"gdlbench study: {', '.join(cfg['nets'])} on {n_meas} rank(s), {cfg['device']}")
+    _intro(doc, cfg, n_meas)
+    _contents(doc, cfg, quoted)
+    _headline(doc, an)
+    _scope(doc, an, cfg)
+    _verdicts(doc, an)
+    _how_to_read(doc)
+    _strategies(doc, an)
+    _provenance(doc, index, cfg, env, prov)
+    _fit(doc, an)
+    _bandwidth(doc, an, quoted["bandwidth"])
+    for net in cfg["nets"]:
+        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"][net])
+    doc.add(Heading(2, "Notes", "notes"))
+    doc.add(Items([[n] for n in an.get("notes", [])]))
+    return doc
+
+
+def _intro(doc: Doc, cfg: Mapping[str, Any], n_meas: int) -> None:
+    """What the study measured and what it predicted from, in one paragraph."""
     doc.add(Para([f"{len(cfg['nets'])} networks x {len(cfg['strategies'])} strategies ({', '.join(cfg['strategies'])}). "
                   f"Measured here on {n_meas} worker(s); predicted for {', '.join(map(str, cfg['workers']))} workers "
                   "from the phases measured here and "
@@ -272,6 +291,10 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
                      "the alpha-beta fit of this machine's all-reduce.")
                   + (" Quick mode: batch 1 and few iterations, to check the pipeline, not to quote."
                      if cfg.get("quick") else "")]))
+
+
+def _contents(doc: Doc, cfg: Mapping[str, Any], quoted: Mapping[str, Any]) -> None:
+    """The table of contents, linked to every section."""
     toc = [("Headline", "headline"), ("What was measured, what is assumed", "scope"), ("Verdicts", "verdicts"),
            ("How to read this report", "how-to-read"), ("The strategies", "strategies"),
            ("Machine, versions and how to reproduce", "provenance"), ("Communication fit", "fit"),
@@ -281,8 +304,10 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
            ("Notes", "notes")]
     doc.add(Heading(2, "Contents", "contents"))
     doc.add(Items([[Link(t, a)] for t, a in toc], ordered=True))
-    _headline(doc, an)
-    _scope(doc, an, cfg)
+
+
+def _verdicts(doc: Doc, an: Mapping[str, Any]) -> None:
+    """Per net and scale: the winner, its margin over the runner-up with its noise band, and why."""
     doc.add(Heading(2, "Verdicts", "verdicts"))
     doc.add(Para(["Per net and scale: the strategy that wins (highest images/s), by how much over the next (the "
                   "margin, with its noise band), and why: the phase group (I/O = read + copy; compute = forward + "
@@ -312,6 +337,10 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
                   "measured, the model's error when predicted); why: the phase group where the runner-up loses "
                   "the most, runner-up against winner; PS servers: how many parameter servers the winner (or runner-up) "
                   "is priced with, and whether that is assumed; shares of the winner's iteration"))
+
+
+def _how_to_read(doc: Doc) -> None:
+    """Where the answer is, where each number comes from, how to rerun a what-if."""
     doc.add(Heading(2, "How to read this report", "how-to-read"))
     doc.add(Items([["Headline and verdicts (above): the answer. A verdict is a tie when the margin is inside the "
                     "noise of the measurement (or the model's error, at a scale not measured); the headline lists "
@@ -325,16 +354,6 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
                    ["Each what-if carries the ", Code("gdlbench predict"),
                     " command that computes it (folded under its table): run it in the study's directory to get "
                     "the same number."]]))
-    _strategies(doc, an)
-    _provenance(doc, index, cfg, env, prov)
-    _fit(doc, an)
-    _bandwidth(doc, an, quoted["bandwidth"])
-    for net in cfg["nets"]:
-        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"][net])
-    doc.add(Heading(2, "Notes", "notes"))
-    doc.add(Items([[n] for n in an.get("notes", [])]))
-    return doc
-
 
 def _servers_label(servers: int, assumption: str) -> str:
     """A parameter-server row's server count and its ground, in a few words."""
@@ -489,6 +508,16 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
     doc.add(Heading(2, f"{net}: batch {na['batch']} per worker", net))
     n = na["measured_workers"]
     doc.add(Heading(3, f"Measured on {n} worker(s) against the model"))
+    _compare_table(doc, base, na)
+    doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
+    _timeline(doc, net, na)
+    _slowest(doc, net, slowest)
+    _scaling(doc, net, na, cfg["scales"], n)
+    _what_ifs(doc, net, na, cfg["scales"])
+
+
+def _compare_table(doc: Doc, base: str, na: Mapping[str, Any]) -> None:
+    """The measured iteration per strategy against the model's two predictions."""
     rows = []
     for i, c in enumerate(na["compare"]):
         p = f"{base}/compare/{i}"
@@ -506,7 +535,10 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
                   "standard error of that median; error ± se: an error within about twice its se says nothing about "
                   "the model; predicted: `gdlbench predict` from the measured phases and the "
                   "fit; model: the same phases with each message's time measured alone"))
-    doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
+
+
+def _timeline(doc: Doc, net: str, na: Mapping[str, Any]) -> None:
+    """The traced iteration of every strategy, and how to read its lanes."""
     doc.add(Heading(3, "Measured timeline of one iteration per strategy"))
     traced = next((c["traced_round"] for c in na["compare"] if c.get("traced_round")), None)
     which = traced["name"] if traced else "the median round, rank 0"
@@ -520,11 +552,14 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
                   "composes them: ", Code(f"cells/trace-{net}.json"), " (Chrome trace format: open it in "
                   "ui.perfetto.dev or chrome://tracing)."]))
     doc.add(Image(f"img/timeline-{net}.png", f"{net}: measured timeline per strategy"))
-    _slowest(doc, net, slowest)
+
+
+def _scaling(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int], n: int) -> None:
+    """Images/s and efficiency per strategy and scale: measured at n, predicted elsewhere."""
+    base = f"{_NETS}/{net}"
     doc.add(Heading(3, "Scaling"))
     doc.add(Image(f"img/scaling-{net}.png", f"{net}: throughput and efficiency against workers"))
     strategies = list(dict.fromkeys(r["strategy"] for r in na["predictions"]))
-    scales = cfg["scales"]
     measured = {c["strategy"]: i for i, c in enumerate(na["compare"])}
     rows = []
     for s in strategies:
@@ -546,8 +581,6 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
                   "* measured here (the verdicts' figure); the others predicted; efficiency = t(1)/t(N) of the same "
                   "strategy as predicted (weak scaling). Stars in the figure: measured; the shaded region of the "
                   "figure is beyond the measured scale"))
-    _what_ifs(doc, net, na, scales)
-
 
 def _slowest(doc: Doc, net: str, q: Mapping[str, Any]) -> None:
     """The net's slowest layers and the winner's slowest messages, as a profiler lists them."""

@@ -100,8 +100,6 @@ def test_the_library_never_imports_the_cli(path):
 # ---- function length -------------------------------------------------------------------------
 
 MAX_FUNCTION_LINES = 60
-# Not yet split: being split in h-study / h-report (the lead removes them when merging those).
-LONG_FUNCTIONS_ALLOWED_IN = {"study.py", "study_report.py", "commands/predict.py"}
 
 
 def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[tuple[int, str, int]]:
@@ -130,11 +128,8 @@ def test_the_length_check_sees_methods_and_nested_functions(tmp_path):
 
 
 def test_no_function_is_longer_than_60_lines():
-    """Long functions are split into named steps (issue 34); the files still being split on other
-    branches are left out until those merge."""
-    assert all((PACKAGE / name).is_file() for name in LONG_FUNCTIONS_ALLOWED_IN), "stale entry: remove it"
+    """Long functions are split into named steps (issue 34), everywhere in the package."""
     long = [f"{path.relative_to(PACKAGE.parent)}:{line} {name} ({lines} lines)"
             for path in sorted(PACKAGE.rglob("*.py"))
-            if path.relative_to(PACKAGE).as_posix() not in LONG_FUNCTIONS_ALLOWED_IN
             for line, name, lines in long_functions(path)]
     assert not long, "split these into named steps:\n" + "\n".join(long)
