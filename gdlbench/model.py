@@ -499,6 +499,12 @@ class MessageSpan(Span):
     bytes: int
 
 
+def hidden_us(spans: Iterable[tuple[float, float]], until: float) -> float:
+    """The time of the (start, end) spans before `until`: the communication hidden behind a
+    backward that ends there (the model's schedule and a traced iteration read the same way)."""
+    return sum(max(0.0, min(e, until) - s) for s, e in spans)
+
+
 def message_label(layers: Sequence[str]) -> str:
     """A message's name on a timeline: its layer's gradient, or a bucket's first..last layer."""
     return layers[0] if len(layers) == 1 else f"{layers[0]}..{layers[-1]} ({len(layers)} grads)"
@@ -540,6 +546,11 @@ class Prediction:
     # what the step waits for its messages after backward's last layer (backward slowed by the
     # messages beside it is in comm_exposed_us, not here): what a profiler shows as idle
     comm_wait_us: float = 0.0
+    # backward as it runs beside the messages (backward_us slowed by the contention): with
+    # comm_wait_us, what a traced iteration shows (backward_beside_us + comm_wait_us =
+    # backward_us + comm_exposed_us)
+    backward_beside_us: float = 0.0
+    comm_hidden_us: float = 0.0  # the messages' time before backward's end (hidden_us)
 
     @property
     def images_per_s(self) -> float:
@@ -555,7 +566,8 @@ class Prediction:
              "io_exposed_us": self.io_us, "h2d_us": self.h2d_us, "forward_us": self.forward_us,
              "backward_us": self.backward_us, "comm_us": self.comm_us, "comm_exposed_us": self.comm_exposed_us,
              "update_us": self.update_us, "images_per_s": self.images_per_s, "messages": len(self.messages),
-             "comm_wait_us": self.comm_wait_us}
+             "comm_wait_us": self.comm_wait_us, "backward_beside_us": self.backward_beside_us,
+             "comm_hidden_us": self.comm_hidden_us}
         if timeline:
             d["timeline"] = self.timeline
             d["message_list"] = [m.to_dict() for m in self.messages]
@@ -850,7 +862,8 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     messages, comm_spans = _message_spans(names, sizes, [layer_ends[p] for p in ready_after], spans, b0)
     tl += comm_spans + _update_spans(b0 + comm_end, t_u, names, pulls)
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,
-                      comm_exposed, t_u, messages, tl, comm_wait_us=comm_end - backward_end + pulls_total)
+                      comm_exposed, t_u, messages, tl, comm_wait_us=comm_end - backward_end + pulls_total,
+                      backward_beside_us=backward_end, comm_hidden_us=hidden_us(spans, backward_end))
 
 
 def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
@@ -1101,6 +1114,10 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
     comm_exposed = span - t_f - t_b - t_u  # what communication (and contention) adds to compute
     if abs(comm_exposed) <= 1e-9 * max(1.0, span):  # the rounding of a sum, not a time
         comm_exposed = 0.0
+    backward_tasks = cs[nl:2 * nl]
+    busy = sum(e - s for s, e in cs)  # the compute lane idles only while it waits for a message
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, sum(costs),
-                      comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]))
+                      comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]),
+                      comm_wait_us=max(0.0, span - busy), backward_beside_us=sum(e - s for s, e in backward_tasks),
+                      comm_hidden_us=hidden_us(ms, backward_tasks[-1][1] if backward_tasks else 0.0))
 

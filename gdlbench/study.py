@@ -38,7 +38,7 @@ from . import __version__, env
 from .collectives import fit_sweep_for_messages
 from .errors import UsageError
 from .iteration import default_batch
-from .model import Span
+from .model import Span, hidden_us
 from .network import load_network
 from .paths import write_atomic
 from .prediction import CommSource, PredictRequest, evaluate, number_text
@@ -482,8 +482,12 @@ def _comm_source(cfg: Config, strategy: Strategy) -> CommSource:
 
 
 def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
+    """The predicted iteration's phases as a traced iteration shows them (measured_breakdown):
+    backward as it runs beside the messages, then the wait for the messages after it. Not
+    backward alone and comm_exposed_us: that puts backward's slowdown beside the messages into
+    communication, which a trace shows in backward (and can exceed all the messages' time)."""
     return {"io": pred["io_exposed_us"], "h2d": pred["h2d_us"], "forward": pred["forward_us"],
-            "backward": pred["backward_us"], "comm": pred["comm_exposed_us"], "update": pred["update_us"]}
+            "backward": pred["backward_beside_us"], "comm": pred["comm_wait_us"], "update": pred["update_us"]}
 
 
 def measured_breakdown(tl: Mapping[str, Any]) -> dict[str, float]:
@@ -499,8 +503,11 @@ def measured_breakdown(tl: Mapping[str, Any]) -> dict[str, float]:
 
     io = sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == "io" and "prefetch thread" not in s["name"])
     return {"io": io, "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
+            # comm_exposed_us of a trace: the wait after its (slowed) backward, comm_wait_us of the model
             "backward": lane_sum("backward"), "comm": max(0.0, tl["comm_exposed_us"]),
-            "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update")}
+            "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update"),
+            "comm_hidden": hidden_us([(s["start_us"], s["end_us"]) for s in spans if s["lane"] == "comm"],
+                                     lane_end("backward"))}
 
 
 def bound_by(parts: dict[str, float]) -> tuple[str, float]:
@@ -592,29 +599,9 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
                                        comm=_comm_source(cfg, s), strategy=s.name, workers=tuple(cfg.workers))
                 for s in strategies}
     rows = [row for r in requests.values() for row in _rows(root, r)]
-    measured_us = summary.get("measured_us", {})
-    compare = []
-    for s in strategies:
-        if s.name not in measured_us:
-            continue  # left out on this device (parameter servers on CUDA)
-        pred = next(r for r in rows if r["strategy"] == s.name and r["workers"] == n_meas)
-        meas = measured_us[s.name]
-        tl = summary.get("measured_timelines", {}).get(s.name)
-        row: dict[str, Any] = next((r for r in doc["rows"]
-                                    if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
-        compare.append({"strategy": s.name, "workers": n_meas, "measured_us": meas,
-                        **measured_spread(row.get("samples_us") or [meas]),
-                        **servers_of(s, n_meas),
-                        "measured_images_per_s": n_meas * summary["batch"] / (meas * 1e-6),
-                        "predicted_us": pred["t_iter_us"], "error_pct": 100 * (pred["t_iter_us"] - meas) / meas,
-                        # what a perfect model would still show at one sigma (gdlbench iteration's error_se_pct)
-                        "error_se_pct": row.get("error_se_pct"),
-                        "model_from_messages_us": summary["predicted_us"][s.name],
-                        "model_from_messages_error_pct": summary["error_pct"][s.name],
-                        "predicted_breakdown_us": breakdown_of(pred),
-                        "measured_breakdown_us": measured_breakdown(tl) if tl else None,
-                        "traced_round": traced_round(row.get("samples_us") or [meas], tl),
-                        "predict_command": replace(requests[s.name], workers=(n_meas,)).command()})
+    compare = [compare_row(s, n_meas, doc, next(r for r in rows if r["strategy"] == s.name and r["workers"] == n_meas),
+                           replace(requests[s.name], workers=(n_meas,)))
+               for s in strategies if s.name in summary.get("measured_us", {})]  # not: left out on this device
     verdicts, whatifs = [], []
     for r in rows:  # the parameter-server rows say how many servers they were priced with
         r.update(servers_of(next(s for s in strategies if s.name == r["strategy"]), r["workers"]))
@@ -628,7 +615,74 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
             "predict_commands": {name: r.command() for name, r in requests.items()}, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency"),
-            "rounds": cfg.iters}
+            "rounds": cfg.iters, "components": validate_components(compare, cfg.workers, n_meas)}
+
+
+def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[str, Any],
+                request: PredictRequest) -> dict[str, Any]:
+    """A measured strategy at the measured scale (the iteration cell `doc`) against its prediction."""
+    summary = doc["summary"]
+    meas = summary["measured_us"][s.name]
+    tl = summary.get("measured_timelines", {}).get(s.name)
+    row: dict[str, Any] = next((r for r in doc["rows"]
+                                if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
+    return {"strategy": s.name, "workers": n_meas, "measured_us": meas,
+            **measured_spread(row.get("samples_us") or [meas]),
+            **servers_of(s, n_meas),
+            "measured_images_per_s": n_meas * summary["batch"] / (meas * 1e-6),
+            "predicted_us": pred["t_iter_us"], "error_pct": 100 * (pred["t_iter_us"] - meas) / meas,
+            # what a perfect model would still show at one sigma (gdlbench iteration's error_se_pct)
+            "error_se_pct": row.get("error_se_pct"),
+            "model_from_messages_us": summary["predicted_us"][s.name],
+            "model_from_messages_error_pct": summary["error_pct"][s.name],
+            "predicted_breakdown_us": breakdown_of(pred),
+            "predicted_comm_us": pred["comm_us"], "predicted_comm_hidden_us": pred["comm_hidden_us"],
+            "measured_breakdown_us": measured_breakdown(tl) if tl else None,
+            "traced_round": traced_round(row.get("samples_us") or [meas], tl),
+            "predict_command": request.command()}
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's components against the measured ones
+
+COMPONENT_THRESHOLD_PCT = 5.0  # a component whose |predicted - measured| exceeds this share of the iteration
+COMPONENTS = {"compute": "forward + backward (backward as it ran beside the messages)",
+              "comm_exposed": "exposed communication: the wait for the messages after backward",
+              "overlap": "the messages' time hidden behind backward (before its end)",
+              "io": "I/O wait + the batch's copy", "update": "the update"}
+GROWS_WITH_N = ("comm_exposed", "overlap")  # a prediction beyond the measured scale leans on these
+
+
+def components_of(parts: Mapping[str, float], hidden: float) -> dict[str, float]:
+    """COMPONENTS from a breakdown (breakdown_of, measured_breakdown) and the hidden messages' time."""
+    return {"compute": parts["forward"] + parts["backward"], "comm_exposed": parts["comm"], "overlap": hidden,
+            "io": parts["io"] + parts["h2d"], "update": parts["update"]}
+
+
+def component_row(c: Mapping[str, Any]) -> dict[str, Any]:
+    """One compare row's components, measured (its traced round) against predicted; a component
+    whose |difference| exceeds COMPONENT_THRESHOLD_PCT of the measured iteration did not validate."""
+    mb, ref = c["measured_breakdown_us"], c["measured_us"]
+    measured = components_of(mb, mb["comm_hidden"])
+    predicted = components_of(c["predicted_breakdown_us"], c["predicted_comm_hidden_us"])
+    parts = {k: {"measured_us": measured[k], "predicted_us": predicted[k], "diff_us": predicted[k] - measured[k],
+                 "diff_pct": 100 * (predicted[k] - measured[k]) / ref,
+                 "validated": abs(predicted[k] - measured[k]) <= COMPONENT_THRESHOLD_PCT / 100 * ref}
+             for k in COMPONENTS}
+    return {"strategy": c["strategy"], "workers": c["workers"], "measured_us": ref, "error_pct": c["error_pct"],
+            "predicted_comm_us": c["predicted_comm_us"], "components": parts,
+            "failed": [k for k, p in parts.items() if not p["validated"]]}
+
+
+def validate_components(compare: list[dict[str, Any]], workers: list[int], n_meas: int) -> dict[str, Any]:
+    """The component table of the measured strategies (those with a traced round), and the
+    predictions beyond the measured scale that lean on a component that did not validate."""
+    rows = [component_row(c) for c in compare if c.get("measured_breakdown_us")]
+    flagged = [{"strategy": r["strategy"], "workers": n, "leans_on": leans}
+               for r in rows if (leans := [k for k in r["failed"] if k in GROWS_WITH_N])
+               for n in sorted(workers) if n > n_meas]
+    return {"threshold_pct": COMPONENT_THRESHOLD_PCT, "components": COMPONENTS, "grows_with_n": list(GROWS_WITH_N),
+            "rows": rows, "flagged_predictions": flagged}
 
 
 # ---------------------------------------------------------------------------------------------

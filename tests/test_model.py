@@ -685,3 +685,27 @@ def test_predict_with_more_servers_than_one_worker_prices_the_single_worker_too(
     assert {(r["strategy"], r["workers"]) for r in rows} == {(s, n) for s in ("ps", "mxnet") for n in (1, 2, 4)}
     one = [r for r in rows if r["workers"] == 1]
     assert all(r["t_iter_us"] > 0 and r["efficiency"] == pytest.approx(1.0) for r in one), one
+
+
+def test_exposed_communication_as_a_trace_shows_it_is_never_more_than_the_messages():
+    """Backward slowed beside the messages goes into comm_exposed_us (from backward alone's end),
+    which can exceed every message's time; the wait after the slowed backward (comm_wait_us,
+    what a trace shows) cannot. backward_beside_us + comm_wait_us = backward_us + comm_exposed_us."""
+    from dataclasses import replace
+
+    from gdlbench.model import CommModel, Phases, predict_iteration
+    from gdlbench.network import load_network
+    from gdlbench.strategies import get_strategies
+
+    net = load_network("alexnet")
+    slowed = replace(Phases.synthetic(net, 8, gflops=100.0), compute_slowdown=3.0, comm_slowdown=1000.0)
+    comm = CommModel("ring", 10.0, 1e-5)
+    for name in ("mxnet", "wfbp", "wfbp-fusion", "serial", "zero2", "fsdp"):
+        p = predict_iteration(net, slowed, comm, get_strategies(name)[0], 2)
+        assert 0 <= p.comm_wait_us <= p.comm_us * (1 + 1e-9), name
+        if name in ("zero2", "fsdp"):  # forward and the update run beside messages too
+            continue
+        assert p.backward_beside_us + p.comm_wait_us == pytest.approx(p.backward_us + p.comm_exposed_us), name
+        assert 0 <= p.comm_hidden_us <= p.backward_beside_us + 1e-9, name
+    mxnet = predict_iteration(net, slowed, comm, get_strategies("mxnet")[0], 2)
+    assert mxnet.comm_exposed_us > mxnet.comm_us  # the case the study compared wrongly

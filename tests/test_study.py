@@ -288,7 +288,7 @@ def test_tie_rule_on_predicted_margins():
     def row(name: str, t: float) -> dict:
         return {"strategy": name, "workers": 64, "t_iter_us": t, "images_per_s": 64e6 / t, "io_exposed_us": 0.0,
                 "h2d_us": 0.0, "forward_us": 100.0, "backward_us": 200.0, "comm_exposed_us": t - 350.0,
-                "update_us": 50.0}
+                "backward_beside_us": 200.0, "comm_wait_us": t - 350.0, "update_us": 50.0}
 
     err = {"a": 1.5, "b": 2.0, "c": 0.5}
     v = decide(64, 2, [], [row("b", 1030.0), row("a", 1000.0), row("c", 1100.0)], err)
