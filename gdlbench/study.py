@@ -647,7 +647,7 @@ def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[
 
 COMPONENT_THRESHOLD_PCT = 5.0  # a component whose |predicted - measured| exceeds this share of the iteration
 COMPONENTS = {"compute": "forward + backward (backward as it ran beside the messages)",
-              "comm_exposed": "exposed communication: the wait for the messages after backward",
+              "comm_exposed": "the wait for the messages after backward (what a trace shows idle)",
               "overlap": "the messages' time hidden behind backward (before its end)",
               "io": "I/O wait + the batch's copy", "update": "the update"}
 GROWS_WITH_N = ("comm_exposed", "overlap")  # a prediction beyond the measured scale leans on these

@@ -509,6 +509,7 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
     n = na["measured_workers"]
     doc.add(Heading(3, f"Measured on {n} worker(s) against the model"))
     _compare_table(doc, base, na)
+    _components(doc, base, na)
     doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
     _timeline(doc, net, na)
     _slowest(doc, net, slowest)
@@ -535,6 +536,57 @@ def _compare_table(doc: Doc, base: str, na: Mapping[str, Any]) -> None:
                   "standard error of that median; error ± se: an error within about twice its se says nothing about "
                   "the model; predicted: `gdlbench predict` from the measured phases and the "
                   "fit; model: the same phases with each message's time measured alone"))
+
+
+COMPONENT_LABELS = {"compute": "compute", "comm_exposed": "exposed communication", "overlap": "overlap (hidden)",
+                    "io": "I/O", "update": "update"}
+
+
+def _components(doc: Doc, base: str, na: Mapping[str, Any]) -> None:
+    """Each strategy's components, measured against predicted, a failed one flagged; and the
+    predictions beyond the measured scale that lean on one."""
+    comp = na.get("components")
+    if not comp or not comp["rows"]:
+        return
+    p0 = f"{base}/components"
+    threshold = Num(comp["threshold_pct"], f"{p0}/threshold_pct", "{:g}", 1.0, " %")
+    doc.add(Heading(4, "The model's components against the measured ones"))
+    doc.add(Para(["A total can agree while its parts do not. Per strategy: ",
+                  "; ".join(f"{COMPONENT_LABELS[k]}: {what}" for k, what in comp["components"].items()),
+                  ". Measured: the traced round; predicted: the model's schedule at the measured scale, read the "
+                  "same way. A component whose |predicted - measured| is over ", threshold,
+                  " of the measured iteration did not validate (flagged), even where the total agrees."]))
+    rows: list[list[Part]] = []
+    for i, r in enumerate(comp["rows"]):
+        for k, c in r["components"].items():
+            p = f"{p0}/rows/{i}/components/{k}"
+            rows.append([r["strategy"], COMPONENT_LABELS[k], _ms(c["measured_us"], f"{p}/measured_us", 2),
+                         _ms(c["predicted_us"], f"{p}/predicted_us", 2), _ms(c["diff_us"], f"{p}/diff_us", 2),
+                         _pct(c["diff_pct"], f"{p}/diff_pct"), "ok" if c["validated"] else "FLAGGED"])
+    doc.add(Table(["strategy", "component", "measured", "predicted", "difference", "of the iteration", "validated"],
+                  rows, "difference: predicted - measured; of the iteration: the difference over the measured "
+                        "median iteration (the compare table's), flagged over the threshold"))
+    _leaning(doc, p0, comp)
+
+
+def _leaning(doc: Doc, p0: str, comp: Mapping[str, Any]) -> None:
+    """The predictions beyond the measured scale that lean on a component that did not validate."""
+    grows = " and ".join(COMPONENT_LABELS[k] for k in comp["grows_with_n"])
+    flagged = comp["flagged_predictions"]
+    if not flagged:
+        doc.add(Para([f"Every prediction beyond the measured scale leans on {grows}, which grow with N: both "
+                      "validated for every strategy here."]))
+        return
+    items: list[list[Part]] = []
+    for strategy in dict.fromkeys(f["strategy"] for f in flagged):
+        mine = [(i, f) for i, f in enumerate(flagged) if f["strategy"] == strategy]
+        parts: list[Part] = [f"{strategy} at N = "]
+        for j, (i, f) in enumerate(mine):
+            parts += [", "] * (j > 0) + [Num(f["workers"], f"{p0}/flagged_predictions/{i}/workers", "{:.0f}")]
+        items.append(parts + [": leans on " + ", ".join(COMPONENT_LABELS[k] for k in mine[0][1]["leans_on"])
+                              + ", which did not validate"])
+    doc.add(Para([f"Flagged predictions: {grows} grow with N, so a prediction beyond the measured scale leans on "
+                  "them; where one did not validate here, the prediction is flagged:"]), Items(items))
 
 
 def _timeline(doc: Doc, net: str, na: Mapping[str, Any]) -> None:

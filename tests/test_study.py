@@ -348,6 +348,67 @@ def test_the_same_iteration_shows_the_same_figure_everywhere(study_dir):
     assert "last timed" not in md and "the median round" in md
 
 
+def test_component_table_per_net_and_strategy(study_dir):
+    """Per net and measured strategy: the five components, measured and predicted as study.json's
+    breakdowns give them, each number in the report naming its field; the predicted exposed
+    communication is never more than all the messages' time, at any scale."""
+    from gdlbench.study import COMPONENTS, components_of
+
+    index = json.loads((study_dir / "study.json").read_text())
+    parser = _Numbers()
+    parser.feed((study_dir / "report.html").read_text())
+    shown = {src for src, _, _ in parser.found}
+    for net, na in index["analysis"]["nets"].items():
+        comp = na["components"]
+        assert comp["threshold_pct"] == 5.0 and f"/analysis/nets/{net}/components/threshold_pct" in shown
+        assert [r["strategy"] for r in comp["rows"]] == [c["strategy"] for c in na["compare"]]
+        for i, (r, c) in enumerate(zip(comp["rows"], na["compare"], strict=True)):
+            assert set(r["components"]) == set(COMPONENTS) == {"compute", "comm_exposed", "overlap", "io", "update"}
+            mb, pb = c["measured_breakdown_us"], c["predicted_breakdown_us"]
+            measured = components_of(mb, mb["comm_hidden"])
+            predicted = components_of(pb, c["predicted_comm_hidden_us"])
+            for k, part in r["components"].items():
+                assert (part["measured_us"], part["predicted_us"]) == (measured[k], predicted[k]), (net, k)
+                for field in ("measured_us", "predicted_us", "diff_us", "diff_pct"):
+                    assert f"/analysis/nets/{net}/components/rows/{i}/components/{k}/{field}" in shown
+            assert r["components"]["comm_exposed"]["predicted_us"] <= r["predicted_comm_us"] * (1 + 1e-9)
+        for p in na["predictions"]:
+            assert 0 <= p["comm_wait_us"] <= p["comm_us"] * (1 + 1e-9), (net, p["strategy"], p["workers"])
+
+
+def test_a_component_over_the_threshold_is_flagged_though_the_total_agrees(study_dir, tmp_path):
+    """A study.json edited so that a strategy's predicted components all agree with the measured
+    ones but its exposed communication, 6 % of the iteration over (its total and error left as
+    they are), its components re-validated and the report re-rendered without measuring: the row
+    is flagged and the predictions beyond the measured scale say they lean on it."""
+    from gdlbench.study import validate_components
+    from gdlbench.study_report import write_report
+
+    out = tmp_path / "s"
+    shutil.copytree(study_dir, out)
+    index = json.loads((out / "study.json").read_text())
+    net, na = next(iter(index["analysis"]["nets"].items()))
+    c = na["compare"][0]
+    shift = 0.06 * c["measured_us"]
+    mb, pb = c["measured_breakdown_us"], c["predicted_breakdown_us"]
+    pb.update({k: mb[k] for k in pb})  # every component agrees ...
+    pb["comm"] = mb["comm"] + shift  # ... but exposed communication, by 6 %
+    c["predicted_comm_hidden_us"] = mb["comm_hidden"]
+    na["components"] = validate_components(na["compare"], index["config"]["workers"], na["measured_workers"])
+    index["report"] = write_report(out, index)
+    (out / "study.json").write_text(json.dumps(index))
+    row = na["components"]["rows"][0]
+    assert row["failed"] == ["comm_exposed"] and abs(c["error_pct"]) == abs(row["error_pct"])
+    assert row["components"]["comm_exposed"]["diff_pct"] == pytest.approx(6.0)
+    beyond = [n for n in index["config"]["workers"] if n > na["measured_workers"]]
+    assert [f["workers"] for f in na["components"]["flagged_predictions"] if f["strategy"] == c["strategy"]] == beyond
+    md = (out / "report.md").read_text()
+    assert f"| {c['strategy']} | exposed communication |" in md
+    line = next(x for x in md.splitlines() if x.startswith(f"| {c['strategy']} | exposed communication |"))
+    assert line.endswith("| FLAGGED |") and "+6.0 %" in line, line
+    assert f"- {c['strategy']} at N = {', '.join(map(str, beyond))}: leans on exposed communication" in md
+
+
 def _section(html: str, anchor: str) -> str:
     """The HTML from the heading with id `anchor` to the next heading."""
     start = html.index(f' id="{anchor}"')
