@@ -553,8 +553,9 @@ def _components(doc: Doc, base: str, na: Mapping[str, Any]) -> None:
     doc.add(Heading(4, "The model's components against the measured ones"))
     doc.add(Para(["A total can agree while its parts do not. Per strategy: ",
                   "; ".join(f"{COMPONENT_LABELS[k]}: {what}" for k, what in comp["components"].items()),
-                  ". Measured: the traced round; predicted: the model's schedule at the measured scale, read the "
-                  "same way. A component whose |predicted - measured| is over ", threshold,
+                  ". Measured: the traced round (rank 0: its wait for the messages includes any time it waits "
+                  "for a slower rank, whose I/O, say, then shows here as communication); predicted: the model's "
+                  "schedule at the measured scale, read the same way. A component whose |predicted - measured| is over ", threshold,
                   " of the measured iteration did not validate (flagged), even where the total agrees."]))
     rows: list[list[Part]] = []
     for i, r in enumerate(comp["rows"]):
