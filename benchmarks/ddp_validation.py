@@ -12,8 +12,9 @@ Per net (torchvision's resnet50, and a GPT-2-style decoder built from torch.nn l
 3. predict every configuration from that one trace and that link's fit (`gdlbench predict
    --strategy ddp`);
 4. run the real job there (--reps runs of --steps timed steps after --warmup, each step the
-   slowest rank's; the median over all steps, the spread between the runs' medians), and profile
-   two of its steps to read the exposed communication it actually had (import-trace);
+   slowest rank's; the median over all steps, the spread between the runs' medians), each run
+   ending with --profile-steps profiled steps to read the exposed communication it actually had
+   (import-trace; the median over every run's profiled steps);
    The exposed communication compared is the step's wait after backward's last layer (the
    prediction's comm_wait_us; in the trace, the main thread's idle time before the optimizer);
 5. beside them, gdlbench's own composed skeleton of the same net with the ddp preset (`gdlbench
@@ -44,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gdlbench.torch_trace import StepPhases, import_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -91,23 +94,27 @@ def ranks(config: str) -> int:
 
 
 def measure_job(args: argparse.Namespace, net: str, config: str, out: Path) -> dict[str, Any]:
-    """The real job: --reps runs, then two profiled steps for its exposed communication."""
+    """The real job: --reps runs, each ending with --profile-steps profiled steps; the exposed
+    communication is the median over the profiled steps of every run (one step's swings by 20-30 %
+    of itself: the link-bound part splits between a slower backward and a shorter wait)."""
     steps: list[float] = []
     medians: list[float] = []
+    traced: list[StepPhases] = []
     for rep in range(args.reps):
         path = out / f"job-{net}-{slug(config)}-{rep}.json"
-        trace = out / f"trace-{net}-{slug(config)}.json"
-        extra = ["--profile", "2", "--trace", str(trace)] if rep == 0 else []
+        trace = out / f"trace-{net}-{slug(config)}-{rep}.json"
         launch(config, [*job_args(args, net), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                        "--json", str(path), *extra])
+                        "--json", str(path), "--profile", str(args.profile_steps), "--trace", str(trace)])
         doc = json.loads(path.read_text())
         steps += doc["step_us"]["samples"]
         medians.append(doc["step_us"]["median"])
-    imported = gdl_json(["import-trace", str(out / f"trace-{net}-{slug(config)}.json"), "--batch", str(args.batch)],
-                        out / f"imported-{net}-{slug(config)}.json")
+        traced += import_trace(trace, batch=args.batch).steps
+    gdl_json(["import-trace", str(out / f"trace-{net}-{slug(config)}-0.json"), "--batch", str(args.batch)],
+             out / f"imported-{net}-{slug(config)}.json")  # the first run's, as a user would see it
     med = statistics.median(steps)
     return {"step_us": med, "spread": (max(medians) - min(medians)) / med,
-            "exposed_us": imported["summary"]["exposed_comm_us"], "traced_step_us": imported["summary"]["step_us"]}
+            "exposed_us": statistics.median(s.exposed_comm_us for s in traced),
+            "traced_step_us": statistics.median(s.total_us for s in traced)}
 
 
 def slug(config: str) -> str:
@@ -137,12 +144,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps at the end of every run")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--job-args", default="", help="more options for ddp_job.py (e.g. the decoder's sizes)")
     ap.add_argument("--fit-max", default="64M", help="the largest all-reduce of the fits' sweep")
     ap.add_argument("--no-skeleton", action="store_true", help="leave out gdlbench's own composed skeleton")
     ap.add_argument("--out", help="keep every JSON here (default: a temporary folder)")
     args = ap.parse_args()
+    for name in ("batch", "reps", "steps", "profile_steps"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
     out = Path(args.out or tempfile.mkdtemp(prefix="ddp-validation-"))
     out.mkdir(parents=True, exist_ok=True)
     configs = ["1 rank", "2 ranks, 1 node"] + [f"2 x 1 at {r}" for r in args.rates.split(",")]
