@@ -657,7 +657,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_us: Sequence[float], algo
     the caches: one line cannot follow every regime."""
     if algo not in FIT_ALGOS:
         raise UsageError(f"fit: unknown algorithm {algo!r} ({', '.join(FIT_ALGOS)})")
-    if not isinstance(regimes, int) or not 1 <= regimes <= 8:
+    if isinstance(regimes, bool) or not isinstance(regimes, int) or not 1 <= regimes <= 8:
         raise UsageError(f"fit: regimes must be an integer from 1 to 8, got {regimes!r}")
     m = np.asarray(sizes_bytes, dtype=np.float64)
     t = np.asarray(times_us, dtype=np.float64)

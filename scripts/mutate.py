@@ -89,8 +89,13 @@ def main() -> int:
     args = ap.parse_args()
     spec = importlib.util.find_spec("gdlbench")
     assert spec and spec.submodule_search_locations
-    installed = Path(list(spec.submodule_search_locations)[0])
-    if installed.resolve() == (ROOT / "gdlbench").resolve():
+    # the folder the tests import the Python modules from: the installed copy, or with an editable
+    # install (pip install -e) this checkout itself (the files are restored after every mutant)
+    installed = next((Path(p) for p in spec.submodule_search_locations if (Path(p) / "model.py").is_file()), None)
+    if installed is None:
+        sys.exit("mutate: gdlbench's modules were not found where Python imports them")
+    editable = installed.resolve() == (ROOT / "gdlbench").resolve()
+    if editable and Path(sys.prefix).resolve() == Path(sys.base_prefix).resolve():
         sys.exit("mutate: run it with the venv's python, so that gdlbench is the installed copy")
     survivors: list[str] = []
     total = killed = 0

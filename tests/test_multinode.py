@@ -66,6 +66,12 @@ def test_hier_variant_switch_is_the_native_one():
     assert C.hier_variant(costmodel.HIER_LEADER_BELOW_BYTES - 1) == "leader"
     assert C.hier_variant(costmodel.HIER_LEADER_BELOW_BYTES) == "rs-ag"
     assert C._core.HIER_LEADER_BELOW_BYTES == costmodel.HIER_LEADER_BELOW_BYTES
+    # the cost model switches where the executor does: the threshold itself is priced as rs-ag
+    # (its inter-node all-reduce of m/G shards, read at m/G), one byte less as the leader's
+    shape = costmodel.TwoLevelShape(nranks=8, nodes=2, per_node=4)
+    at = costmodel.HIER_LEADER_BELOW_BYTES
+    assert costmodel.two_level_terms("hier", shape, at).at_bytes == {costmodel.INTER_SHARED: at / 4}
+    assert costmodel.two_level_terms("hier", shape, at - 1).at_bytes == {}
 
 
 def test_hier_in_an_iteration_strategy(tmp_path):

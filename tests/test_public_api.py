@@ -178,6 +178,14 @@ def test_fit_alpha_beta():
     assert isinstance(f, gdlbench.AlphaBetaFit)
     assert f.alpha_us == pytest.approx(3.0, rel=1e-6) and f.beta_us_per_byte == pytest.approx(2e-4, rel=1e-6)
     assert f.link_gbs == pytest.approx(5.0, rel=1e-6)
+    # two sizes are enough for two unknowns; one is not; regimes outside 1-8 are refused
+    two = gdlbench.fit_alpha_beta(sizes[:2], times[:2], "ring", 4, gamma_us_per_byte=0.0)
+    assert two.alpha_us == pytest.approx(3.0, rel=1e-6) and two.beta_us_per_byte == pytest.approx(2e-4, rel=1e-6)
+    with pytest.raises(gdlbench.UsageError, match="two different sizes"):
+        gdlbench.fit_alpha_beta(sizes[:1] * 2, times[:1] * 2, "ring", 4)
+    for bad in (0, 9, 2.0, True):
+        with pytest.raises(gdlbench.UsageError, match="regimes"):
+            gdlbench.fit_alpha_beta(sizes, times, "ring", 4, regimes=bad)
 
 
 @covers("fit_results")
