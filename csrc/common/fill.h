@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/layer_spec.h"
+
 #if defined(__CUDACC__)
 #define GDL_HD __host__ __device__ __forceinline__
 #else
@@ -58,6 +60,29 @@ inline std::vector<int32_t> test_labels(int batch, int64_t classes) {
   for (int i = 0; i < batch; ++i) l[i] = static_cast<int32_t>((int64_t(i) * 7919) % c);
   return l;
 }
+
+// A loss layer's labels: one class in [0, C) per position of its input (C, H, W), i.e. H*W per
+// sample (a classifier's (K, 1, 1) scores: one; a language model's (vocab, S, 1) logits: one per
+// token), batch-major: the label of sample b at position p is at b * positions + p.
+struct LabelShape {
+  int64_t positions = 1, classes = 1;
+  int64_t count(int batch) const { return batch * positions; }
+};
+inline LabelShape label_shape(const LayerSpec& loss) {
+  const Shape& in = loss.in_shapes.at(0);
+  const int64_t classes = in.empty() ? 1 : in[0];
+  return {classes > 0 ? numel(in) / classes : 1, classes};
+}
+
+// Token ids, for a network whose data feeds an embedding (a language model): position p of
+// sample b reads token ((b * S + p) * 7919 + 13) mod vocab, stored as a float (exact below 2^24;
+// the embedding reads the id back with a round). The executors keep one input batch, so the
+// labels (advance_labels) carry the change from batch to batch.
+inline void fill_token_ids(float* ids, int64_t count, int64_t vocab) {
+  const int64_t v = vocab > 1 ? vocab : 1;
+  for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<float>((i * 7919 + 13) % v);
+}
+inline bool reads_token_ids(const LayerSpec& s) { return s.type == "embedding"; }
 
 // The next iteration's labels: every sample's class moves on by one. An SGD iteration trains on a
 // new batch; trained again and again on one (input, label) batch, a net memorizes it within tens

@@ -41,8 +41,15 @@ class LayerOn {
                              const std::vector<Elem*>& dx) = 0;
   // Gradient w.r.t. the parameters, OVERWRITTEN into grads(): layers without parameters do nothing.
   virtual void backward_params(const std::vector<const Elem*>& x, const Elem* y, const Elem* dy) {}
-  // Loss layers read the labels (batch int32 class indices, where the layer's data lives).
+  // Loss layers read the labels (int32 class indices, label_shape(spec).count(batch) of them, in
+  // common/fill.h's order, where the layer's data lives).
   virtual void set_labels(const int32_t* labels) {}
+  // Weight tying (an LM head that reuses the embedding's token table, [vocab, hidden]): the graph
+  // (tie_weights) hands the head the table and its gradient, and tells the embedding with
+  // share_grads(). The head, later in the net, runs its backward first and OVERWRITES that
+  // gradient; the embedding then ADDS its own to it.
+  virtual void bind_tied(Elem* weight, Elem* grad) {}
+  void share_grads() { grads_shared_ = true; }
 
   // Parameter and gradient storage: views into the caller's flat buffers, in param_shapes order,
   // elem_size bytes per element (float32 unless a layer keeps its parameters in its data type).
@@ -69,6 +76,7 @@ class LayerOn {
  protected:
   LayerSpec spec_;
   std::vector<Elem*> params_, grads_;
+  bool grads_shared_ = false;  // share_grads(): backward_params adds to grads()[0]
 };
 
 // Layer types by name, one registry per backend: each layer file registers its factory at load

@@ -66,7 +66,7 @@ class LayerBenchOn {
     const auto& s = layer_->spec();
     for (std::size_t i = 0; i < s.in_shapes.size(); ++i) {
       counts_.push_back(layer_->in_count(static_cast<int>(i)));
-      x_.push_back(filled(counts_.back(), 11 + i));
+      x_.push_back(reads_token_ids(s) ? token_ids(counts_.back(), s.attr("vocab")) : filled(counts_.back(), 11 + i));
       dx_.push_back(floats(counts_.back()));  // zero: the timed passes add into it
     }
     y_ = floats(layer_->out_count());
@@ -74,8 +74,9 @@ class LayerBenchOn {
     params_ = filled(layer_->param_count(), 5, 0.125f);  // small, to keep deep products in range
     grads_ = floats(layer_->param_count());
     layer_->bind_params(elems(params_), elems(grads_));
-    labels_ = std::make_unique<Buffer>(std::size_t(s.batch) * sizeof(int32_t));
-    set_labels(test_labels(s.batch, numel(s.in_shapes[0])));
+    const LabelShape labels = label_shape(s);
+    labels_ = std::make_unique<Buffer>(std::size_t(labels.count(s.batch)) * sizeof(int32_t));
+    set_labels(test_labels(static_cast<int>(labels.count(s.batch)), labels.classes));
   }
 
   std::vector<double> time(LayerPass pass, const TimingPlan& plan) {
@@ -97,7 +98,8 @@ class LayerBenchOn {
     for (std::size_t i = 0; i < params.size(); ++i)
       copy_in(layer_->params()[i], params[i], numel(s.param_shapes[i]), "parameter", i);
     if (!labels.empty()) {
-      GDL_REQUIRE(static_cast<int64_t>(labels.size()) == s.batch, "run: expected ", s.batch, " labels");
+      const int64_t expected = label_shape(s).count(s.batch);
+      GDL_REQUIRE(static_cast<int64_t>(labels.size()) == expected, "run: expected ", expected, " labels");
       set_labels(labels);
     }
     GDL_REQUIRE(dx_init.empty() || dx_init.size() == dx_.size(), "run: expected ", dx_.size(), " dx_init arrays");
@@ -134,6 +136,13 @@ class LayerBenchOn {
     auto b = floats(n);
     std::vector<float> v(n);
     for (int64_t i = 0; i < n; ++i) v[i] = fill_value(seed, uint64_t(i)) * scale;
+    copy(b->data(), v.data(), v.size() * sizeof(float));
+    return b;
+  }
+  static BufferPtr token_ids(int64_t n, double vocab) {  // an embedding's input (fill.h)
+    auto b = floats(n);
+    std::vector<float> v(n);
+    fill_token_ids(v.data(), n, static_cast<int64_t>(vocab));
     copy(b->data(), v.data(), v.size() * sizeof(float));
     return b;
   }

@@ -38,6 +38,24 @@ class LayerGraph {
   LayerGraph(const LayerGraph&) = delete;
   LayerGraph& operator=(const LayerGraph&) = delete;
 
+  // Ties every LM head with attribute tied to the net's first embedding (LayerOn::bind_tied); the
+  // executors call it once the parameters are bound.
+  void tie_weights() {
+    for (auto& head : layers_) {
+      const auto& s = head->spec();
+      if (s.type != "lm_head" || s.attr("tied", 0) == 0) continue;
+      LayerOn<Elem>* table = nullptr;
+      for (auto& l : layers_)
+        if (l->spec().type == "embedding") {
+          table = l.get();
+          break;
+        }
+      GDL_REQUIRE(table && !table->params().empty(), "layer ", s.name, ": tied, but the net has no embedding");
+      head->bind_tied(table->params()[0], table->grads()[0]);
+      table->share_grads();
+    }
+  }
+
   int layers() const { return static_cast<int>(layers_.size()); }
   int64_t param_count() const { return param_count_; }
   int64_t layer_param_offset(int l) const { return param_offset_.at(l); }

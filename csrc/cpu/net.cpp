@@ -103,12 +103,30 @@ class CommThread {
 
 }  // namespace
 
+const LayerSpec* token_input(const std::vector<LayerSpec>& specs) {
+  const LayerSpec* embedding = nullptr;
+  bool other = false;
+  for (const auto& s : specs)
+    for (int j : s.inputs) {
+      if (j >= 0) continue;
+      if (reads_token_ids(s))
+        embedding = &s;
+      else
+        other = true;
+    }
+  GDL_REQUIRE(!(embedding && other), "the data feeds an embedding (token ids) and other layers (values) at once");
+  return embedding;
+}
+
 Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, make_layer) {
   // Buffers, touched (zeroed or filled) here so no page fault lands in a timed region.
   const Shape& data_shape = specs.front().in_shapes.at(0);
   data_.assign(batch * numel(data_shape), 0.f);
   staging_.resize(data_.size());
-  fill(staging_.data(), staging_.size(), 3);
+  if (const LayerSpec* embedding = token_input(specs))
+    fill_token_ids(staging_.data(), static_cast<int64_t>(staging_.size()), embedding->attr("vocab"));
+  else
+    fill(staging_.data(), staging_.size(), 3);
   std::copy(staging_.begin(), staging_.end(), data_.begin());
   for (auto& layer : layers_) {
     act_.emplace_back(layer->out_count(), 0.f);
@@ -120,9 +138,13 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, mak
   momentum_.assign(param_count_, 0.f);
   for (std::size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->bind_params(params_.data() + param_offset_[l], grads_.data() + param_offset_[l]);
-  classes_ = numel(specs.back().in_shapes.at(0));
-  labels_ = test_labels(batch, classes_);
-  for (auto& layer : layers_) layer->set_labels(labels_.data());
+  tie_weights();
+  for (std::size_t l = 0; l < layers_.size(); ++l) {  // each loss layer its own labels (fill.h)
+    if (specs[l].type != "softmax_xent") continue;
+    const LabelShape shape = label_shape(specs[l]);
+    labels_.push_back({test_labels(static_cast<int>(shape.count(batch)), shape.classes), shape.classes});
+    layers_[l]->set_labels(labels_.back().values.data());
+  }
   std::vector<float*> outputs, output_grads;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     outputs.push_back(act_[l].data());
@@ -187,7 +209,8 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     loader.next();  // this iteration's batch (read while the previous one computed, when prefetching)
     trace.io_wait_end = us_since(t0);
     std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
-    advance_labels(labels_.data(), static_cast<int>(labels_.size()), classes_);  // a new batch's labels
+    for (auto& l : labels_)  // a new batch's labels
+      advance_labels(l.values.data(), static_cast<int>(l.values.size()), l.classes);
     trace.h2d_end = us_since(t0);
     forward([&](int l) { trace.layer_forward_end[l] = us_since(t0); });
     trace.forward_end = trace.layer_forward_end.back();

@@ -24,6 +24,10 @@ using gdl::SgdConfig;
 // Sends one message in place (sum over ranks); the executor calls it from its communication thread.
 using AllreduceFn = std::function<void(float* data, int64_t count)>;
 
+// The net's embedding when its data are token ids (a language model), else nullptr; a data input
+// that feeds an embedding and another layer at once is refused.
+const LayerSpec* token_input(const std::vector<LayerSpec>& specs);
+
 class Net : public LayerGraph<float> {
  public:
   Net(std::vector<LayerSpec> specs, int batch);
@@ -65,8 +69,11 @@ class Net : public LayerGraph<float> {
  private:
   std::vector<std::vector<float>> act_, act_grad_;
   std::vector<float> data_, staging_;     // the input batch, and the host batch it is copied from
-  std::vector<int32_t> labels_;  // advanced every iteration (advance_labels)
-  int64_t classes_ = 1;
+  struct Labels {
+    std::vector<int32_t> values;  // advanced every iteration (advance_labels)
+    int64_t classes;
+  };
+  std::vector<Labels> labels_;  // one set per loss layer, bound to its layer (a move keeps the values' storage)
   std::vector<float> params_, grads_, momentum_;
 };
 
