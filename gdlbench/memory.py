@@ -203,22 +203,38 @@ def annotate(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]
     (the limit, the settings, and per N the fastest strategy that fits, or None)."""
     if not getattr(args, "memory_limit", None):
         return None
-    limit = parse_size(args.memory_limit, "--memory-limit")
     precision = "fp32" if args.grad_dtype == "float32" else "mixed"
+    return fits(net, strategies, rows, batch, parse_size(args.memory_limit, "--memory-limit"), args.optimizer,
+                precision, args.checkpointing)
+
+
+def _fastest(rows: list[dict[str, Any]]) -> str | None:
+    """The first of the fastest rows' strategy (a tie within rounding goes to the one listed first)."""
+    low = min((r["t_iter_us"] for r in rows), default=0.0)
+    return next((r["strategy"] for r in rows if r["t_iter_us"] <= low * (1 + 1e-9)), None)
+
+
+def fits(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]], batch: int, limit: float,
+         optimizer: str = "adam", precision: str = "mixed", checkpointing: bool = False) -> dict[str, Any]:
+    """Each predicted row (strategy, workers, t_iter_us) gets memory_*_bytes and fits (total <= limit,
+    bytes per worker); returns per N the fastest strategy that fits and the lowest ZeRO stage that
+    fits (0: replicated) with its fastest strategy, None where nothing fits."""
     by_name = {s.name: s for s in strategies}
     for row in rows:
-        mem = memory_per_worker(net, by_name[row["strategy"]], row["workers"], batch, args.optimizer, precision,
-                                args.checkpointing)
+        mem = memory_per_worker(net, by_name[row["strategy"]], row["workers"], batch, optimizer, precision,
+                                checkpointing)
         row.update({f"memory_{k}": v for k, v in mem.to_dict().items() if k.endswith("_bytes")})
         row["fits"] = mem.total <= limit
     best: dict[str, str | None] = {}
+    lowest: dict[str, dict[str, Any] | None] = {}
     for n in sorted({r["workers"] for r in rows}):
         fit = [r for r in rows if r["workers"] == n and r["fits"]]
-        low = min((r["t_iter_us"] for r in fit), default=0.0)
-        # the first of the fastest (a tie within rounding goes to the strategy listed first)
-        best[str(n)] = next(r["strategy"] for r in fit if r["t_iter_us"] <= low * (1 + 1e-9)) if fit else None
-    return {"limit_bytes": limit, "optimizer": args.optimizer, "precision": precision,
-            "checkpointing": args.checkpointing, "fastest_that_fits": best,
+        best[str(n)] = _fastest(fit)
+        stage = min((by_name[r["strategy"]].shard for r in fit), default=None)
+        lowest[str(n)] = None if stage is None else {
+            "stage": stage, "strategy": _fastest([r for r in fit if by_name[r["strategy"]].shard == stage])}
+    return {"limit_bytes": limit, "optimizer": optimizer, "precision": precision,
+            "checkpointing": checkpointing, "fastest_that_fits": best, "lowest_stage_that_fits": lowest,
             "model": "gdlbench.memory: model states (ZeRO paper), activations per layer, communication buffers"}
 
 
@@ -241,4 +257,6 @@ def print_memory(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
                 cols, table, caption="GB = 1e9 bytes; the total is the sum of the parts, an upper bound of the "
                                      "peak (docs/model.md, the memory model)")
     for n, name in summary["fastest_that_fits"].items():
-        print(f"N = {n}: " + (f"the fastest strategy that fits is {name}" if name else "no strategy fits"))
+        low = summary["lowest_stage_that_fits"][n]
+        print(f"N = {n}: " + (f"the fastest strategy that fits is {name}; the lowest ZeRO stage that fits is "
+                              f"{low['stage']} ({low['strategy']})" if name and low else "no strategy fits"))

@@ -600,6 +600,10 @@ def load_network(net: str | Path | dict[str, Any] | Network) -> Network:
     if text.endswith((".json", ".py")) or "/" in text:
         return Network(_load_path(Path(text)), origin=text)
     base, colon, params = text.partition(":")
+    from .nets.transformer import ALIASES
+
+    if base in ALIASES:  # gpt2 = gpt2-small, as Hugging Face names it
+        return load_network(ALIASES[base] + colon + params)
     if colon:  # a transformer with its parameters: gpt2-small:seq=128 (gdlbench/nets/transformer.py)
         from .nets.transformer import PARAMETRISED, with_params
 

@@ -44,6 +44,7 @@ from .paths import write_atomic
 from .prediction import CommSource, PredictRequest, evaluate, number_text
 from .scaling import DEFAULT_WORKERS as PREDICT_WORKERS
 from .strategies import Strategy, get_strategies
+from .units import parse_size
 
 INDEX = "study.json"
 FORMAT = 1
@@ -53,6 +54,7 @@ DEFAULT_WORKERS = ",".join(map(str, PREDICT_WORKERS))
 DEFAULT_SCALES = (16, 128, 1024)  # besides the measured one
 BUCKETS_MIB = (1, 4, 16, 25, 64, 256)
 COMPRESS_RATIO = 100.0
+DEFAULT_MEMORY_LIMIT = "80GB"  # an H100's or A100's 80 GB
 PHASE_GROUPS = {"I/O": ("io", "h2d"), "compute": ("forward", "backward"), "communication": ("comm",),
                 "update": ("update",)}
 
@@ -90,6 +92,8 @@ class Config:
     io_dir: str | None = None
     compress_ratio: float = COMPRESS_RATIO
     net_specs: dict[str, str] = field(default_factory=dict)  # name -> built-in name or spec file
+    memory_limit: str = DEFAULT_MEMORY_LIMIT  # per device, for the memory answer
+    optimizer: str = "adam"  # optimizer states in the memory answer
 
     def net_spec(self, name: str) -> str:
         return self.net_specs.get(name, name)
@@ -163,9 +167,12 @@ def config_from_args(args: argparse.Namespace, world_size: int, nodes: int = 1) 
     warmup = args.warmup if args.warmup is not None else (0 if quick else 1)
     if iters < 1 or warmup < 0:
         raise UsageError(f"need --iters >= 1 and --warmup >= 0, got {iters} and {warmup}")
+    limit = getattr(args, "memory_limit", None) or DEFAULT_MEMORY_LIMIT
+    parse_size(limit, "--memory-limit")
     return Config(nets, strategies, _parse_batch(args.batch, nets, device, quick), workers, scales, world_size,
                   device, iters, warmup, args.threads, quick, args.link, cluster_file, nodes,
-                  str(Path(args.io_dir).resolve()) if args.io_dir else None, float(ratio), specs)
+                  str(Path(args.io_dir).resolve()) if args.io_dir else None, float(ratio), specs, limit,
+                  getattr(args, "optimizer", None) or "adam")
 
 
 def _link(text: str) -> tuple[float, float]:
@@ -611,11 +618,34 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
         verdicts.append(v)
         winner = next(s for s in strategies if s.name == v["winner"])
         whatifs.append(what_ifs(root, cfg, winner, replace(requests[winner.name], workers=(n,)), summary, encode))
-    return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params,
+    memory = memory_answer(root, cfg, net_name, phases_file, strategies, rows, summary["batch"])
+    return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params, "memory": memory,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
             "predict_commands": {name: r.command() for name, r in requests.items()}, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency"),
             "rounds": cfg.iters, "components": validate_components(compare, cfg.workers, n_meas)}
+
+
+def memory_answer(root: Path, cfg: Config, net_name: str, phases_file: str, strategies: list[Strategy],
+                  rows: list[dict[str, Any]], batch: int) -> dict[str, Any]:
+    """Does the job fit in cfg.memory_limit per device, and at what cost: the study's strategies and
+    the sharded ones (ZeRO-1/2/3, FSDP; priced from the same phases) at every N, each with its
+    memory per worker (gdlbench.memory) and whether it fits; per N the fastest that fits and the
+    lowest ZeRO stage that fits. fp32 (the study's gradients), cfg.optimizer's states."""
+    from . import memory
+    from .strategies import SHARDED
+
+    spec = cfg.net_spec(net_name)
+    extra = [s for name, s in SHARDED.items() if name not in cfg.strategies]
+    requests = {s.name: PredictRequest(phases=phases_file, net=spec if spec != net_name else None,
+                                       comm=_comm_source(cfg, s), strategy=s.name, workers=tuple(cfg.workers))
+                for s in extra}
+    table = [{k: r[k] for k in ("strategy", "workers", "t_iter_us", "images_per_s")}
+             for r in [*rows, *(row for q in requests.values() for row in _rows(root, q))]]
+    limit = parse_size(cfg.memory_limit, "--memory-limit")
+    summary = memory.fits(load_network(spec), [*strategies, *extra], table, batch, limit, cfg.optimizer, "fp32")
+    return {**summary, "rows": table, "predict_commands": {n: q.command() for n, q in requests.items()},
+            "sharded_predicted_only": [s.name for s in extra]}
 
 
 def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[str, Any],

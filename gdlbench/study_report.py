@@ -330,13 +330,26 @@ def _verdicts(doc: Doc, an: Mapping[str, Any]) -> None:
                          v["runner_up"] or "-", _pct(v["margin_pct"], f"{p}/margin_pct"),
                          Num(v.get("margin_band_pct"), f"{p}/margin_band_pct", "± {:.1f}", 1.0, " %"),
                          _why_text(v), servers, f"{v['bound_by']}",
-                         _pct(v["comm_exposed_pct"], f"{p}/comm_exposed_pct", signed=False)])
+                         _pct(v["comm_exposed_pct"], f"{p}/comm_exposed_pct", signed=False),
+                         _fits_text(na.get("memory"), v["workers"])])
     doc.add(Table(["net", "N", "from", "verdict", "winner", "images/s", "runner-up", "margin", "band", "why",
-                   "PS servers", "bound by", "comm exposed"], rows,
+                   "PS servers", "bound by", "comm exposed", "memory: fastest that fits (lowest ZeRO stage)"], rows,
                   "margin: how much longer the runner-up's iteration is; band: the tie threshold (noise when "
                   "measured, the model's error when predicted); why: the phase group where the runner-up loses "
                   "the most, runner-up against winner; PS servers: how many parameter servers the winner (or runner-up) "
-                  "is priced with, and whether that is assumed; shares of the winner's iteration"))
+                  "is priced with, and whether that is assumed; shares of the winner's iteration; memory: of the "
+                  "study's and the sharded strategies, the fastest whose memory per worker fits the device "
+                  "(gdlbench.memory; the net's section has the table)"))
+
+
+def _fits_text(mem: Mapping[str, Any] | None, n: int) -> str:
+    """The memory answer at n workers: the fastest strategy that fits and the lowest ZeRO stage that fits."""
+    if not mem:
+        return "-"
+    best, low = mem["fastest_that_fits"].get(str(n)), mem["lowest_stage_that_fits"].get(str(n))
+    if not best or not low:
+        return f"nothing fits in {mem['limit_bytes'] / 1e9:g} GB"
+    return f"{best} (stage {low['stage']}: {low['strategy']})"
 
 
 def _how_to_read(doc: Doc) -> None:
@@ -514,6 +527,7 @@ def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, An
     _timeline(doc, net, na)
     _slowest(doc, net, slowest)
     _scaling(doc, net, na, cfg["scales"], n)
+    _memory(doc, net, na, cfg["scales"])
     _what_ifs(doc, net, na, cfg["scales"])
 
 
@@ -634,6 +648,34 @@ def _scaling(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int], n: in
                   "* measured here (the verdicts' figure); the others predicted; efficiency = t(1)/t(N) of the same "
                   "strategy as predicted (weak scaling). Stars in the figure: measured; the shaded region of the "
                   "figure is beyond the measured scale"))
+
+def _memory(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int]) -> None:
+    """Memory per worker beside the predicted time, per strategy and scale, and what fits."""
+    mem = na.get("memory")
+    if not mem:
+        return
+    base, limit = f"{_NETS}/{net}/memory", mem["limit_bytes"]
+    doc.add(Heading(3, f"Memory per worker: does it fit in {limit / 1e9:g} GB?", f"{net}-memory"))
+    doc.add(Para([f"gdlbench.memory per worker ({mem['optimizer']} states, {mem['precision']}, batch {na['batch']}): "
+                  "parameters, gradients and optimizer states as ZeRO shards them, the activations backward keeps, "
+                  "the communication buffers; beside each the predicted iteration. The sharded strategies ("
+                  f"{', '.join(mem.get('sharded_predicted_only', [])) or 'none'}) are predicted only (",
+                  Link("the strategies", "strategies"), " lists the others)."]))
+    strategies = list(dict.fromkeys(r["strategy"] for r in mem["rows"]))
+    rows: list[list[Part]] = []
+    for s in strategies:
+        row: list[Part] = [s]
+        for n_s in scales:
+            i = next(k for k, r in enumerate(mem["rows"]) if r["strategy"] == s and r["workers"] == n_s)
+            r = mem["rows"][i]
+            row += [Num(r["memory_total_bytes"], f"{base}/rows/{i}/memory_total_bytes", "{:,.2f}", 1e-9,
+                        "" if r["fits"] else " (no)"), _ms(r["t_iter_us"], f"{base}/rows/{i}/t_iter_us")]
+        rows.append(row)
+    doc.add(Table(["strategy"] + [h for n_s in scales for h in (f"GB N={n_s}", f"ms N={n_s}")], rows,
+                  f"GB = 1e9 bytes per worker, (no): over {limit / 1e9:g} GB; the total is the sum of the parts, an "
+                  "upper bound of the peak; ms: the predicted iteration"))
+    doc.add(Items([[f"N = {n_s}: {_fits_text(mem, n_s)}"] for n_s in scales]))
+
 
 def _slowest(doc: Doc, net: str, q: Mapping[str, Any]) -> None:
     """The net's slowest layers and the winner's slowest messages, as a profiler lists them."""

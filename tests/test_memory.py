@@ -88,6 +88,10 @@ def test_predict_memory_limit(tmp_path):
     assert doc["summary"]["memory"]["limit_bytes"] == 30e9
     fits = {(r["strategy"], r["workers"]): r["fits"] for r in doc["rows"]}
     assert not fits[("wfbp-fusion", 8)] and fits[("zero3", 8)] and not fits[("zero3", 1)]
+    low = doc["summary"]["memory"]["lowest_stage_that_fits"]
+    assert low["1"] is None and low["8"]["stage"] in (1, 2, 3) and "lowest ZeRO stage that fits is" in p.stdout
+    stages = {"zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3, "wfbp-fusion": 0}
+    assert low["8"]["stage"] == min(stages[r["strategy"]] for r in doc["rows"] if r["workers"] == 8 and r["fits"])
     best = doc["summary"]["memory"]["fastest_that_fits"]["8"]
     assert best == min((r for r in doc["rows"] if r["workers"] == 8 and r["fits"]), key=lambda r: r["t_iter_us"])[
         "strategy"]

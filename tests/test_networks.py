@@ -425,3 +425,8 @@ def test_bad_transformer_shapes_are_usage_errors(shape, message):
         load_network({"name": "mine", "transformer": shape})
     with pytest.raises(UsageError, match="has no layers"):
         load_network({"name": "mine", "transformer": {}, "layers": []})
+
+
+def test_gpt2_is_gpt2_small_as_hugging_face_names_it():
+    assert load_network("gpt2").layer_specs() == load_network("gpt2-small").layer_specs()
+    assert load_network("gpt2:seq=64").input_shape == load_network("gpt2-small:seq=64").input_shape == (1, 64, 1)

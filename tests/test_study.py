@@ -493,11 +493,36 @@ def test_killed_study_resumes_without_measuring_a_finished_cell_again(tmp_path):
     assert (out / "report.html").exists() and not list(out.rglob(".*.tmp*"))
 
 
+def test_memory_answer_beside_the_time_answer(study_dir):
+    """Per net: every strategy (the study's and the sharded ones) at every N with its memory per worker
+    from gdlbench.memory and whether it fits; per N the fastest that fits is the fastest fitting row."""
+    from gdlbench.memory import memory_per_worker
+    from gdlbench.strategies import get_strategies
+
+    index = json.loads((study_dir / "study.json").read_text())
+    for name, na in index["analysis"]["nets"].items():
+        mem = na["memory"]
+        assert mem["limit_bytes"] == 80e9 and set(mem["sharded_predicted_only"]) == {"zero1", "zero2", "zero3", "fsdp"}
+        spec = index["config"]["net_specs"][name]
+        for r in mem["rows"][:: max(1, len(mem["rows"]) // 7)]:
+            want = memory_per_worker(spec, get_strategies(r["strategy"])[0], r["workers"], na["batch"], "adam", "fp32")
+            assert r["memory_total_bytes"] == pytest.approx(want.total) and r["fits"] == (want.total <= 80e9)
+        for n in index["config"]["scales"]:
+            at_n = [r for r in mem["rows"] if r["workers"] == n and r["fits"]]
+            assert mem["fastest_that_fits"][str(n)] == min(at_n, key=lambda r: r["t_iter_us"])["strategy"]
+            assert mem["lowest_stage_that_fits"][str(n)]["stage"] == 0  # small nets: replicated fits
+    report = (study_dir / "report.md").read_text()
+    assert "Memory per worker: does it fit in 80 GB?" in report
+    assert "memory: fastest that fits (lowest ZeRO stage)" in report
+
+
 def test_study_bad_input_is_one_line_and_exit_2(tmp_path):
     p = run_cli("study", "--out", str(tmp_path / "x"), "--nets", "nosuchnet", nranks=2)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "nosuchnet" in p.stderr, p.stderr
     p = run_cli("study", "--out", str(tmp_path / "one"), "--quick")  # one rank, no --link: nothing to predict with
     assert p.returncode == 2 and "--link" in p.stderr and not (tmp_path / "one").exists(), p.stderr
+    p = run_cli("study", "--out", str(tmp_path / "m"), "--nets", MLP, "--memory-limit", "80XB", nranks=2)
+    assert p.returncode == 2 and "80XB" in p.stderr and not (tmp_path / "m").exists(), p.stderr
     p = run_cli("study", "--resume", str(tmp_path / "none"), nranks=2)
     assert p.returncode == 2 and "study.json" in p.stderr, p.stderr
     (tmp_path / "y").mkdir()

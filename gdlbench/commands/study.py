@@ -60,6 +60,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, help="warm-up iterations (default 1)")
     p.add_argument("--threads", type=int, help="CPU compute threads per rank (default: cores / ranks on the node)")
     p.add_argument("--device", help="auto (default), cpu or cuda")
+    p.add_argument("--memory-limit", metavar="SIZE",
+                   help="memory per device for the memory answer (default 80GB): per N the fastest strategy that "
+                        "fits and the lowest ZeRO stage that fits, the sharded strategies priced beside the others")
+    p.add_argument("--optimizer", choices=("sgd", "adam"),
+                   help="optimizer states in the memory answer (default adam)")
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
 
 

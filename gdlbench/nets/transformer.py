@@ -230,4 +230,5 @@ def with_params(name: str, text: str) -> dict[str, Any]:
 NETS = {"gpt2-small": lambda: _gpt2("small"), "gpt2-medium": lambda: _gpt2("medium"), "bert-base": bert_base,
         "vit-b16": vit,
         "transformer": lambda: gpt("transformer", layers=2, hidden=256, heads=4, seq=128, vocab=1000)}
+ALIASES = {"gpt2": "gpt2-small"}  # Hugging Face's name of GPT-2 small
 PARAMETRISED = ("gpt2-small", "gpt2-medium", "bert-base", "vit-b16", "transformer")
