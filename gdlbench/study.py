@@ -618,12 +618,15 @@ def analyse_net(root: Path, cfg: Config, net_name: str, strategies: list[Strateg
         verdicts.append(v)
         winner = next(s for s in strategies if s.name == v["winner"])
         whatifs.append(what_ifs(root, cfg, winner, replace(requests[winner.name], workers=(n,)), summary, encode))
+    components = validate_components(compare, cfg.workers, n_meas)
+    for v in verdicts:
+        v["leans_on_failed"] = leans_on_failed(v, components)
     memory = memory_answer(root, cfg, net_name, phases_file, strategies, rows, summary["batch"])
     return {"batch": summary["batch"], "params": load_network(cfg.net_spec(net_name)).params, "memory": memory,
             "phases_file": phases_file, "measured_workers": n_meas, "predictions": rows,
             "predict_commands": {name: r.command() for name, r in requests.items()}, "compare": compare, "verdicts": verdicts, "what_ifs": whatifs,
             "io_threads": summary.get("io_threads"), "overlap_efficiency": summary.get("overlap_efficiency"),
-            "rounds": cfg.iters, "components": validate_components(compare, cfg.workers, n_meas)}
+            "rounds": cfg.iters, "components": components}
 
 
 def memory_answer(root: Path, cfg: Config, net_name: str, phases_file: str, strategies: list[Strategy],
@@ -713,6 +716,15 @@ def validate_components(compare: list[dict[str, Any]], workers: list[int], n_mea
                for n in sorted(workers) if n > n_meas]
     return {"threshold_pct": COMPONENT_THRESHOLD_PCT, "components": COMPONENTS, "grows_with_n": list(GROWS_WITH_N),
             "rows": rows, "flagged_predictions": flagged}
+
+
+def leans_on_failed(verdict: Mapping[str, Any], components: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The components that did not validate at the measured scale and that a predicted verdict's
+    strategies (winner, tied, runner-up) lean on at its N: {strategy: [component, ...]}."""
+    at_n = {f["strategy"]: f["leans_on"] for f in components["flagged_predictions"]
+            if f["workers"] == verdict["workers"]}
+    named = [verdict["winner"], *verdict.get("tied", []), verdict.get("runner_up")]
+    return {s: at_n[s] for s in dict.fromkeys(named) if s in at_n}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -323,6 +323,8 @@ def _verdicts(doc: Doc, an: Mapping[str, Any]) -> None:
         for i, v in enumerate(na["verdicts"]):
             p = f"/analysis/nets/{net}/verdicts/{i}"
             winner = (", ".join(v["tied"]) + " (tied)") if v.get("state") == "tie" else v["winner"]
+            if v.get("leans_on_failed"):  # a prediction resting on a component that did not validate
+                winner += " [leans on " + "; ".join(f"{s}: {', '.join(c)}" for s, c in v["leans_on_failed"].items()) + "]"
             who = "winner" if "winner_servers" in v else "runner_up" if "runner_up_servers" in v else None
             servers = (_servers_label(v[f"{who}_servers"], v[f"{who}_servers_assumption"]) if who else "-")
             rows.append([net, Num(v["workers"], f"{p}/workers", "{:.0f}"), v["source"], v.get("state", "winner"),
@@ -337,7 +339,9 @@ def _verdicts(doc: Doc, an: Mapping[str, Any]) -> None:
                   "margin: how much longer the runner-up's iteration is; band: the tie threshold (noise when "
                   "measured, the model's error when predicted); why: the phase group where the runner-up loses "
                   "the most, runner-up against winner; PS servers: how many parameter servers the winner (or runner-up) "
-                  "is priced with, and whether that is assumed; shares of the winner's iteration; memory: of the "
+                  "is priced with, and whether that is assumed; shares of the winner's iteration; [leans on ...]: "
+                  "a predicted verdict whose strategies rest on a component that did not validate at the measured "
+                  "scale (the net's component table); memory: of the "
                   "study's and the sharded strategies, the fastest whose memory per worker fits the device "
                   "(gdlbench.memory; the net's section has the table)"))
 

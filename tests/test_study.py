@@ -381,7 +381,7 @@ def test_a_component_over_the_threshold_is_flagged_though_the_total_agrees(study
     ones but its exposed communication, 6 % of the iteration over (its total and error left as
     they are), its components re-validated and the report re-rendered without measuring: the row
     is flagged and the predictions beyond the measured scale say they lean on it."""
-    from gdlbench.study import validate_components
+    from gdlbench.study import leans_on_failed, validate_components
     from gdlbench.study_report import write_report
 
     out = tmp_path / "s"
@@ -395,6 +395,8 @@ def test_a_component_over_the_threshold_is_flagged_though_the_total_agrees(study
     pb["comm"] = mb["comm"] + shift  # ... but exposed communication, by 6 %
     c["predicted_comm_hidden_us"] = mb["comm_hidden"]
     na["components"] = validate_components(na["compare"], index["config"]["workers"], na["measured_workers"])
+    for v in na["verdicts"]:
+        v["leans_on_failed"] = leans_on_failed(v, na["components"])
     index["report"] = write_report(out, index)
     (out / "study.json").write_text(json.dumps(index))
     row = na["components"]["rows"][0]
@@ -407,6 +409,16 @@ def test_a_component_over_the_threshold_is_flagged_though_the_total_agrees(study
     line = next(x for x in md.splitlines() if x.startswith(f"| {c['strategy']} | exposed communication |"))
     assert line.endswith("| FLAGGED |") and "+6.0 %" in line, line
     assert f"- {c['strategy']} at N = {', '.join(map(str, beyond))}: leans on exposed communication" in md
+    for v in na["verdicts"]:  # the Verdicts table marks the predicted verdicts that name the strategy
+        named = c["strategy"] in {v["winner"], v["runner_up"], *v.get("tied", [])}
+        want = ["comm_exposed"] if named and v["workers"] in beyond else None
+        assert v["leans_on_failed"].get(c["strategy"]) == want
+        assert all(k in {v["winner"], v["runner_up"], *v.get("tied", [])} and v["workers"] in beyond
+                   for k in v["leans_on_failed"])
+    verdict_rows = [x for x in md.splitlines() if x.startswith(f"| {net} |")]
+    assert sum("[leans on " in x for x in verdict_rows) == sum(1 for v in na["verdicts"] if v["leans_on_failed"])
+    assert any(f"{c['strategy']}: comm_exposed" in x for x in verdict_rows) == any(
+        c["strategy"] in v["leans_on_failed"] for v in na["verdicts"])
 
 
 def _section(html: str, anchor: str) -> str:
