@@ -225,3 +225,82 @@ def test_softmax_xent_position_label_out_of_range():
     sp = spec("softmax_xent", [(3, 2, 1)], (1,))
     with pytest.raises(ValueError, match="label"):
         run_layer(_core, sp, 1, [np.zeros((1, 3, 2, 1), np.float32)], np.zeros((1, 1), np.float32), labels=[0, 3])
+
+
+# ---- through the executor's layer graph (cpu::Net) ---------------------------------------------
+
+def _net(layers, input_shape):
+    from gdlbench.network import Network
+
+    net = Network({"name": "t", "input": list(input_shape), "layers": layers})
+    return net, _core.Net(net.layer_specs(), 2)
+
+
+def _split(flat, net):
+    out, i = [], 0
+    for layer in net.layers:
+        for sh in layer.param_shapes:
+            n = int(np.prod(sh))
+            out.append(flat[i:i + n].astype(np.float64).reshape(sh))
+            i += n
+    return out
+
+
+def test_graph_attention_lm_head_loss_per_position():
+    """attention -> untied lm_head -> softmax_xent over (vocab, S, 1): the executor's labels per position
+    (common/fill.h test_labels), its data (fill seed 3) and gradients against the chained references."""
+    d, s, vocab, batch = 6, 5, 7, 2
+    net, exe = _net([{"name": "att", "type": "attention", "heads": 2, "causal": True, "dropout": 0.25},
+                     {"name": "head", "type": "lm_head", "vocab": vocab, "tied": False, "bias": True},
+                     {"name": "loss", "type": "softmax_xent"}], (d, s, 1))
+    exe.forward_backward()
+    p = _split(np.asarray(exe.params()), net)
+    x = ref.fill_value(3, batch * d * s).reshape(batch, d, s, 1)
+    labels = (np.arange(batch * s) * 7919) % vocab
+    zero = np.zeros((batch, d, s, 1))
+    h = ref.attention(x, zero, p[:4], 2, True, True, 0.25)[0]
+    logits = ref.lm_head(h, np.zeros((batch, vocab, s, 1)), p[4], p[5])[0]
+    loss, (dlogits,), _ = ref.softmax_xent(logits, labels)
+    _, (dh,), dws_head = ref.lm_head(h, dlogits, p[4], p[5])
+    _, _, dws_att = ref.attention(x, dh, p[:4], 2, True, True, 0.25)
+    assert exe.output() == pytest.approx(loss[0], rel=1e-5)
+    got = _split(np.asarray(exe.grads()), net)
+    for i, (g, r) in enumerate(zip(got, dws_att + dws_head, strict=True)):
+        close(g, r, f"grad {i}")
+
+
+def test_graph_tied_head_without_embedding_is_refused():
+    """The layer graph's tie_weights refuses a tied head with no embedding to take the table from."""
+    sp, _ = lm_head_spec(4, 3, 5, True, False)
+    specs = [dict(sp, inputs=[-1]), {"name": "loss", "type": "softmax_xent", "inputs": [0], "in_shapes": [[5, 3, 1]],
+                                     "out_shape": [1], "attrs": {}, "param_shapes": []}]
+    with pytest.raises(ValueError, match="no embedding"):
+        _core.Net(specs, 2)
+
+
+@pytest.mark.skipif("embedding" not in _core.layer_types(), reason="needs the CPU embedding layer")
+def test_graph_tied_head_shares_the_embedding_table():
+    """embedding -> tied lm_head -> softmax_xent: the head reads the token table, and the table's
+    gradient is the head's (written first) plus the embedding's scatter of its output gradient.
+    (Written before the embedding kernel landed: the embedding's part follows network.py's docstring,
+    token and position tables summed.)"""
+    d, s, vocab, batch = 4, 3, 9, 2
+    net, exe = _net([{"name": "emb", "type": "embedding", "vocab": vocab, "hidden": d, "positions": 4},
+                     {"name": "head", "type": "lm_head", "vocab": vocab},
+                     {"name": "loss", "type": "softmax_xent"}], (1, s, 1))
+    exe.forward_backward()
+    table, pos = _split(np.asarray(exe.params()), net)
+    ids = (np.arange(batch * s) * 7919 + 13) % vocab  # common/fill.h fill_token_ids
+    h = (table[ids].reshape(batch, s, d) + pos[:s]).transpose(0, 2, 1)[..., None]
+    labels = (np.arange(batch * s) * 7919) % vocab
+    logits = ref.lm_head(h, np.zeros((batch, vocab, s, 1)), table)[0]
+    loss, (dlogits,), _ = ref.softmax_xent(logits, labels)
+    _, (dh,), (dtable,) = ref.lm_head(h, dlogits, table)
+    dcols = dh[..., 0].transpose(0, 2, 1).reshape(batch * s, d)
+    np.add.at(dtable, ids, dcols)
+    dpos = np.zeros_like(pos)
+    dpos[:s] = dh[..., 0].sum(0).T
+    assert exe.output() == pytest.approx(loss[0], rel=1e-5)
+    gt, gp = _split(np.asarray(exe.grads()), net)
+    close(gt, dtable, "token table grad (head + embedding)")
+    close(gp, dpos, "position table grad")
