@@ -34,8 +34,13 @@ LAYER_TYPES: dict[str, tuple[str, str]] = {
     "concat": ("-; along the first per-sample axis, any number of inputs", "-"),
     "add": ("-; two or more inputs of one shape", "-"),
     "dropout": ("ratio=0.5, seed=0", "-"),
-    "softmax_xent": ("-; out_shape {1}: y[0] = mean loss; labels via set_labels", "-"),
+    "softmax_xent": ("-; in (C, H, W): a softmax over C at each position, one label each; out_shape {1}: "
+                     "y[0] = mean loss; labels via set_labels", "-"),
     "flatten": ("-", "-"),
+    "attention": ("heads, bias=1, causal=0, dropout=0 (on the probabilities), seed=0; on (D, S, 1)",
+                  "[3D, D], [3D] if bias, [D, D], [D] if bias"),
+    "lm_head": ("vocab, tied=1, bias=0; (D, S, 1) -> (vocab, S, 1)",
+                "[vocab, D] unless tied (then the embedding's table), then [vocab] if bias"),
 }
 
 # A few real layers, for `gdlbench layer --layer NAME` (batch is the command's --batch).

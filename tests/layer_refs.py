@@ -120,23 +120,83 @@ def bn(x, dy, gamma, beta, eps):
     return y, [dx], [dgamma, dbeta]
 
 
+def _class_rows(x):
+    """(N, C, ...) -> (N * positions, C): the classes of each position, sample-major (the layer's labels)."""
+    n, c = x.shape[:2]
+    return x.reshape(n, c, -1).transpose(0, 2, 1).reshape(-1, c)
+
+
 def softmax_xent_forward(x, labels):
-    n = x.shape[0]
-    s = x.reshape(n, -1)
+    """Mean loss over samples and positions (a softmax over axis 1 at each position) and the softmax,
+    in x's shape. labels: one per position, sample-major (N or N * H * W of them)."""
+    s = _class_rows(x)
+    labels = np.asarray(labels).reshape(-1)
     mx = s.max(1, keepdims=True)
     lse = mx[:, 0] + np.log(np.exp(s - mx).sum(1))
     p = np.exp(s - lse[:, None])
-    return float((lse - s[np.arange(n), labels]).mean()), p
+    n, c = x.shape[:2]
+    return float((lse - s[np.arange(len(s)), labels]).mean()), p.reshape(n, -1, c).transpose(0, 2, 1).reshape(x.shape)
 
 
 def softmax_xent(x, labels):
     n = x.shape[0]
     loss, p = softmax_xent_forward(x, labels)
-    d = p.copy()
-    d[np.arange(n), labels] -= 1
+    d = _class_rows(p)
+    m = len(d)
+    d[np.arange(m), np.asarray(labels).reshape(-1)] -= 1
     y = np.zeros(n)
     y[0] = loss
-    return y, [(d / n).reshape(x.shape)], []
+    dx = d.reshape(n, -1, x.shape[1]).transpose(0, 2, 1).reshape(x.shape) / m
+    return y, [dx], []
+
+
+def fill_value(seed: int, n: int) -> np.ndarray:
+    """common/fill.h's fill_value(seed, i) for i < n, float64 (exact: k / 128)."""
+    s = _splitmix64(np.array([seed], dtype=np.uint64))[0]
+    h = _splitmix64(s ^ np.arange(n, dtype=np.uint64))
+    return ((h % np.uint64(257)).astype(np.int64) - 128) / 128.0
+
+
+def attention(x, dy, params, heads, bias, causal, ratio=0.0, seed=0):
+    """Multi-head self-attention on x (N, D, S, 1) (csrc/cpu/attention.cpp), float64; params in
+    param_shapes order; the dropout mask of element (n, h, i, j) is dropout_keep at
+    ((n * heads + h) * S + i) * S + j."""
+    n, d, s = x.shape[:3]
+    dh = d // heads
+    xs, dys = x.reshape(n, d, s), dy.reshape(n, d, s)
+    wqkv, wo = params[0], params[2 if bias else 1]
+    qkv = np.einsum("rd,nds->nrs", wqkv, xs) + (params[1][None, :, None] if bias else 0)
+    q, k, v = (qkv[:, i * d:(i + 1) * d].reshape(n, heads, dh, s) for i in range(3))
+    sc = np.einsum("nhci,nhcj->nhij", q, k) / np.sqrt(dh)
+    if causal:
+        sc = np.where(np.triu(np.ones((s, s), bool), 1), -np.inf, sc)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    keep = dropout_keep(seed, n * heads * s * s, ratio).reshape(p.shape) / (1 - ratio) if ratio > 0 else 1.0
+    pd = p * keep
+    o = np.einsum("nhcj,nhij->nhci", v, pd).reshape(n, d, s)
+    y = np.einsum("ed,nds->nes", wo, o) + (params[3][None, :, None] if bias else 0)
+    do = np.einsum("ed,nes->nds", wo, dys).reshape(n, heads, dh, s)
+    dp = np.einsum("nhci,nhcj->nhij", do, v) * keep
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True))
+    dq = np.einsum("nhij,nhcj->nhci", ds, k) / np.sqrt(dh)
+    dk = np.einsum("nhij,nhci->nhcj", ds, q) / np.sqrt(dh)
+    dv = np.einsum("nhci,nhij->nhcj", do, pd)
+    dqkv = np.concatenate([t.reshape(n, d, s) for t in (dq, dk, dv)], axis=1)
+    dx = np.einsum("rd,nrs->nds", wqkv, dqkv).reshape(x.shape)
+    dws = [np.einsum("nrs,nds->rd", dqkv, xs)] + ([dqkv.sum((0, 2))] if bias else [])
+    dws += [np.einsum("nes,nds->ed", dys, o)] + ([dys.sum((0, 2))] if bias else [])
+    return y.reshape(x.shape), [dx], dws
+
+
+def lm_head(x, dy, w, b=None):
+    """(N, D, S, 1) -> (N, vocab, S, 1) logits W X_n (+ b); dws: [dW] (+ [db])."""
+    n, d, s = x.shape[:3]
+    xs, dys = x.reshape(n, d, s), dy.reshape(n, -1, s)
+    y = np.einsum("vd,nds->nvs", w, xs) + (b[None, :, None] if b is not None else 0)
+    dx = np.einsum("vd,nvs->nds", w, dys).reshape(x.shape)
+    dws = [np.einsum("nvs,nds->vd", dys, xs)] + ([dys.sum((0, 2))] if b is not None else [])
+    return y.reshape(dy.shape), [dx], dws
 
 
 def numeric_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -154,5 +214,5 @@ def numeric_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     return g
 
 
-__all__ = ["bn", "bn_forward", "dropout_keep", "fc", "global_avgpool", "lrn", "lrn_forward",
-           "numeric_grad", "pool", "pool_out", "relu", "softmax_xent", "softmax_xent_forward"]
+__all__ = ["attention", "bn", "bn_forward", "dropout_keep", "fc", "fill_value", "global_avgpool", "lm_head", "lrn",
+           "lrn_forward", "numeric_grad", "pool", "pool_out", "relu", "softmax_xent", "softmax_xent_forward"]
