@@ -43,7 +43,9 @@ positions; the token input of a language model is [1, S, 1] (one id per position
                   (D, S, 1): QKV projection [3D, D] (+[3D]), softmax(Q K^T / sqrt(D/heads)) V,
                   output projection [D, D] (+[D]); dropout on the attention probabilities
   linear          out_features, bias [true]         per position: (C, H, W) -> (F, H, W), [F, C] (+[F])
-  gelu, tanh      -
+  gelu            approximate [false]               false: x Phi(x) with erf (torch's default; BERT,
+                  ViT); true: the tanh approximation (GPT-2's gelu_new)
+  tanh            -
   select_token    index [0]                         (C, S, 1) -> (C, 1, 1): one position (the class token)
   lm_head         vocab, tied [true], bias [false]  (D, S, 1) -> (vocab, S, 1): logits; tied: the
                   weight is the first embedding layer's token table (no parameter of its own)
@@ -121,7 +123,7 @@ _TRANSFORMER_ATTRS: dict[str, dict[str, Any]] = {
     "layernorm": {"eps": 1e-5},
     "attention": {"heads": None, "bias": True, "causal": False, "dropout": 0.0},
     "linear": {"out_features": None, "bias": True},
-    "gelu": {},
+    "gelu": {"approximate": False},
     "tanh": {},
     "select_token": {"index": 0},
     "lm_head": {"vocab": None, "tied": True, "bias": False},
@@ -374,7 +376,7 @@ def _normalise_transformer(where: str, attrs: dict[str, Any]) -> None:
             attrs[key] = _number(attrs[key], f"{where}: {key}")
     if "dropout" in attrs and not 0 <= attrs["dropout"] < 1:
         raise UsageError(f"{where}: dropout must be in [0, 1), got {attrs['dropout']}")
-    for key in ("bias", "causal", "tied", "class_token"):
+    for key in ("bias", "causal", "tied", "class_token", "approximate"):
         if key in attrs and not isinstance(attrs[key], bool):
             raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
 
