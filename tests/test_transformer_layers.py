@@ -247,3 +247,27 @@ def test_gpt_uses_the_tanh_gelu_bert_and_vit_the_erf():
         return {sp["attrs"]["approximate"] for sp in load_network(net).layer_specs() if sp["type"] == "gelu"}
     assert approx("gpt2-small:seq=16") == {True}
     assert approx("vit-b16") == {False}
+
+
+def test_encoder_without_attention_runs_in_the_executor():
+    """A small BERT-like stack (embedding with token types, LN, MLP, residual, pooler with tanh) and a
+    tiny ViT front end run a whole iteration on the CPU executor: token ids as data, the classifier
+    loss at the end, every layer timed forward and backward."""
+    import gdlbench
+    enc = {"name": "tiny-enc", "input": [1, 12, 1], "layers": [
+        {"name": "emb", "type": "embedding", "vocab": 50, "hidden": 16, "positions": 16, "token_types": 2},
+        {"name": "ln0", "type": "layernorm"}, {"name": "fc1", "type": "linear", "out_features": 64},
+        {"name": "act", "type": "gelu", "approximate": True}, {"name": "fc2", "type": "linear", "out_features": 16},
+        {"name": "res", "type": "add", "inputs": ["fc2", "ln0"]}, {"name": "ln1", "type": "layernorm"},
+        {"name": "cls", "type": "select_token"}, {"name": "pool", "type": "linear", "out_features": 16},
+        {"name": "tanh", "type": "tanh"}, {"name": "head", "type": "fc", "out_features": 5},
+        {"name": "loss", "type": "softmax_xent"}]}
+    vit = {"name": "tiny-vit", "input": [3, 8, 8], "layers": [
+        {"name": "patch", "type": "conv", "out_channels": 16, "kernel": 4, "stride": 4},
+        {"name": "tok", "type": "tokens"}, {"name": "ln", "type": "layernorm", "eps": 1e-6},
+        {"name": "cls", "type": "select_token"}, {"name": "head", "type": "fc", "out_features": 10},
+        {"name": "loss", "type": "softmax_xent"}]}
+    for net in (enc, vit):
+        it = gdlbench.Iteration(net, batch=3, device="cpu", strategy="wfbp", iters=1, warmup=0, io=False).measure()
+        assert [lay["name"] for lay in it.layers] == [lay["name"] for lay in net["layers"]]
+        assert all(lay["forward"].median > 0 and lay["backward"].median > 0 for lay in it.layers)
