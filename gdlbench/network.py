@@ -35,7 +35,9 @@ Transformer layers (gdlbench/nets/transformer.py builds GPT-2, BERT and ViT from
 of S tokens of width D is the per-sample shape (D, S, 1): channels are the features, H the
 positions; the token input of a language model is [1, S, 1] (one id per position).
   embedding       vocab, hidden, positions, token_types [0]   (1, S, 1) -> (hidden, S, 1): token,
-                  learned position (S <= positions) and token-type tables, summed
+                  learned position (S <= positions) and token-type tables, summed; the data holds
+                  no segment ids, so the types model a sentence pair: type 0 for positions
+                  p < S // 2, 1 from there on (capped at token_types - 1)
   tokens          class_token [true]                (C, H, W) -> (C, H*W [+1], 1): patches to tokens,
                   a learned class token prepended and a learned position embedding added (ViT)
   layernorm       eps [1e-5]                        over the features at each position: 2D parameters
