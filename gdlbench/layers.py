@@ -37,6 +37,15 @@ LAYER_TYPES: dict[str, tuple[str, str]] = {
     "softmax_xent": ("-; in (C, H, W): a softmax over C at each position, one label each; out_shape {1}: "
                      "y[0] = mean loss; labels via set_labels", "-"),
     "flatten": ("-", "-"),
+    # transformers: a sequence is (D, S, 1) per sample (gdlbench/network.py's docstring)
+    "embedding": ("vocab, hidden, positions, token_types=0; input (1, S, 1) token ids; type 0 before S/2, "
+                  "1 after (a sentence pair)", "[vocab, hidden], [positions, hidden], [token_types, hidden] if any"),
+    "tokens": ("class_token=1; (C, H, W) -> (C, H*W [+1], 1)", "[1, C] if class_token, then [S, C]"),
+    "layernorm": ("eps=1e-5; over the features at each position", "[D] (gamma) then [D] (beta)"),
+    "linear": ("out_features, bias=1; per position (C, H, W) -> (F, H, W)", "[F, C] then [F] if bias"),
+    "gelu": ("approximate=0 (erf; 1: tanh, GPT-2)", "-"),
+    "tanh": ("-", "-"),
+    "select_token": ("index=0; (C, S, 1) -> (C, 1, 1)", "-"),
     "attention": ("heads, bias=1, causal=0, dropout=0 (on the probabilities), seed=0; on (D, S, 1)",
                   "[3D, D], [3D] if bias, [D, D], [D] if bias"),
     "lm_head": ("vocab, tied=1, bias=0; (D, S, 1) -> (vocab, S, 1)",

@@ -35,7 +35,9 @@ Transformer layers (gdlbench/nets/transformer.py builds GPT-2, BERT and ViT from
 of S tokens of width D is the per-sample shape (D, S, 1): channels are the features, H the
 positions; the token input of a language model is [1, S, 1] (one id per position).
   embedding       vocab, hidden, positions, token_types [0]   (1, S, 1) -> (hidden, S, 1): token,
-                  learned position (S <= positions) and token-type tables, summed
+                  learned position (S <= positions) and token-type tables, summed; the data holds
+                  no segment ids, so the types model a sentence pair: type 0 for positions
+                  p < S // 2, 1 from there on (capped at token_types - 1)
   tokens          class_token [true]                (C, H, W) -> (C, H*W [+1], 1): patches to tokens,
                   a learned class token prepended and a learned position embedding added (ViT)
   layernorm       eps [1e-5]                        over the features at each position: 2D parameters
@@ -43,7 +45,9 @@ positions; the token input of a language model is [1, S, 1] (one id per position
                   (D, S, 1): QKV projection [3D, D] (+[3D]), softmax(Q K^T / sqrt(D/heads)) V,
                   output projection [D, D] (+[D]); dropout on the attention probabilities
   linear          out_features, bias [true]         per position: (C, H, W) -> (F, H, W), [F, C] (+[F])
-  gelu, tanh      -
+  gelu            approximate [false]               false: x Phi(x) with erf (torch's default; BERT,
+                  ViT); true: the tanh approximation (GPT-2's gelu_new)
+  tanh            -
   select_token    index [0]                         (C, S, 1) -> (C, 1, 1): one position (the class token)
   lm_head         vocab, tied [true], bias [false]  (D, S, 1) -> (vocab, S, 1): logits; tied: the
                   weight is the first embedding layer's token table (no parameter of its own)
@@ -121,7 +125,7 @@ _TRANSFORMER_ATTRS: dict[str, dict[str, Any]] = {
     "layernorm": {"eps": 1e-5},
     "attention": {"heads": None, "bias": True, "causal": False, "dropout": 0.0},
     "linear": {"out_features": None, "bias": True},
-    "gelu": {},
+    "gelu": {"approximate": False},
     "tanh": {},
     "select_token": {"index": 0},
     "lm_head": {"vocab": None, "tied": True, "bias": False},
@@ -374,7 +378,7 @@ def _normalise_transformer(where: str, attrs: dict[str, Any]) -> None:
             attrs[key] = _number(attrs[key], f"{where}: {key}")
     if "dropout" in attrs and not 0 <= attrs["dropout"] < 1:
         raise UsageError(f"{where}: dropout must be in [0, 1), got {attrs['dropout']}")
-    for key in ("bias", "causal", "tied", "class_token"):
+    for key in ("bias", "causal", "tied", "class_token", "approximate"):
         if key in attrs and not isinstance(attrs[key], bool):
             raise UsageError(f"{where}: {key} must be true or false, got {attrs[key]!r}")
 

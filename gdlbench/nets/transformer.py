@@ -22,7 +22,7 @@ from ..errors import UsageError
 
 
 def _block(layers: list[dict[str, Any]], p: str, x: str, hidden: int, heads: int, mlp: int, *, pre_ln: bool,
-           causal: bool, dropout: float, eps: float) -> str:
+           causal: bool, dropout: float, eps: float, gelu_tanh: bool = False) -> str:
     """One encoder/decoder block named p; returns the name of its output. Pre-LN (GPT-2, ViT):
     x + attn(ln(x)), then + mlp(ln(.)). Post-LN (BERT): ln(x + attn(x)), then ln(. + mlp(.))."""
     def add(name: str, ltype: str, inputs: list[str] | None = None, **attrs: Any) -> str:
@@ -44,7 +44,7 @@ def _block(layers: list[dict[str, Any]], p: str, x: str, hidden: int, heads: int
         r = add("ln_1", "layernorm", eps=eps)
     h = add("ln_2", "layernorm", [r], eps=eps) if pre_ln else r
     add("mlp.fc", "linear", [h], out_features=mlp)
-    add("mlp.gelu", "gelu")
+    add("mlp.gelu", "gelu", approximate=gelu_tanh)
     add("mlp.proj", "linear", out_features=hidden)
     drop("mlp.drop")
     out = add("add_2", "add", [layers[-1]["name"], r])
@@ -57,8 +57,8 @@ def gpt(name: str = "gpt", layers: int = 12, hidden: int = 768, heads: int = 12,
         vocab: int = 50257, positions: int | None = None, mlp: int | None = None, tied: bool = True,
         dropout: float = 0.1, eps: float = 1e-5) -> dict[str, Any]:
     """A GPT-2-shaped decoder: token + position embedding, pre-LN blocks with causal attention and
-    a GELU MLP, a final layer norm, the LM head (tied to the token table unless tied=False) and
-    cross-entropy over the vocabulary at every position."""
+    a GELU MLP (the tanh approximation, GPT-2's gelu_new), a final layer norm, the LM head (tied to
+    the token table unless tied=False) and cross-entropy over the vocabulary at every position."""
     out: list[dict[str, Any]] = [
         {"name": "wte+wpe", "type": "embedding", "vocab": vocab, "hidden": hidden,
          "positions": positions or seq},
@@ -68,7 +68,7 @@ def gpt(name: str = "gpt", layers: int = 12, hidden: int = 768, heads: int = 12,
     x = out[-1]["name"]
     for i in range(layers):
         x = _block(out, f"h.{i}", x, hidden, heads, mlp or 4 * hidden, pre_ln=True, causal=True, dropout=dropout,
-                   eps=eps)
+                   eps=eps, gelu_tanh=True)
     out += [{"name": "ln_f", "type": "layernorm", "inputs": [x], "eps": eps},
             {"name": "lm_head", "type": "lm_head", "vocab": vocab, "tied": tied},
             {"name": "loss", "type": "softmax_xent"}]

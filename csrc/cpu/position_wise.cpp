@@ -1,0 +1,314 @@
+// The per-position layers of a transformer block (gdlbench/network.py's docstring): layernorm,
+// linear, gelu and tanh. A sequence is the per-sample shape (D, S, 1), features-major: sample b,
+// feature d, position s at (b * D + d) * S + s, so a position's features are S floats apart and a
+// per-position linear is one GEMM per sample, W[F, D] @ X_b[D, S].
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "common/errors.h"
+#include "cpu/blas.h"
+#include "cpu/layer.h"
+
+namespace gdl::cpu {
+namespace {
+
+// LayerNorm over the features D at each position (torch.nn.LayerNorm(D)): biased variance,
+// y = (x - mean) / sqrt(var + eps) * gamma + beta. param_shapes [D] (gamma), [D] (beta); attr eps.
+// The statistics of kBlock neighbouring positions are kept side by side, so every pass over the
+// features reads contiguous runs of S.
+class LayerNormLayer : public Layer {
+ public:
+  explicit LayerNormLayer(const LayerSpec& s) : Layer(s) {
+    GDL_REQUIRE(s.in_shapes.size() == 1 && s.in_shapes[0].size() == 3, "layernorm ", s.name,
+                ": needs one input (D, S, 1)");
+    GDL_REQUIRE(s.out_shape == s.in_shapes[0], "layernorm ", s.name, ": out_shape must equal the input shape");
+    d_ = s.in_shapes[0][0];
+    s_ = s.in_shapes[0][1] * s.in_shapes[0][2];
+    eps_ = s.attr("eps", 1e-5);
+    GDL_REQUIRE(eps_ > 0, "layernorm ", s.name, ": eps must be > 0");
+    GDL_REQUIRE(s.param_shapes.size() == 2 && s.param_shapes[0] == Shape{d_} && s.param_shapes[1] == Shape{d_},
+                "layernorm ", s.name, ": param_shapes must be [D] (gamma) then [D] (beta), D = ", d_);
+    mean_.resize(spec_.batch * s_);
+    rstd_.resize(spec_.batch * s_);
+  }
+
+  void forward(const std::vector<const float*>& x, float* y) override {
+    const int64_t d = d_, s = s_, blocks = (s + kBlock - 1) / kBlock;
+    const float *gamma = params_[0], *beta = params_[1];
+    const float inv_d = 1.f / float(d), eps = float(eps_);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < spec_.batch * blocks; ++t) {
+      const int64_t b = t / blocks, s0 = (t % blocks) * kBlock, len = std::min<int64_t>(kBlock, s - s0);
+      const float* in = x[0] + b * d * s + s0;
+      float* out = y + b * d * s + s0;
+      float mu[kBlock] = {0.f}, var[kBlock] = {0.f};
+      for (int64_t f = 0; f < d; ++f)
+        for (int64_t i = 0; i < len; ++i) mu[i] += in[f * s + i];
+      for (int64_t i = 0; i < len; ++i) mu[i] *= inv_d;
+      for (int64_t f = 0; f < d; ++f)  // two passes: E[x^2] - E[x]^2 loses digits
+        for (int64_t i = 0; i < len; ++i) var[i] += (in[f * s + i] - mu[i]) * (in[f * s + i] - mu[i]);
+      for (int64_t i = 0; i < len; ++i) var[i] = 1.f / std::sqrt(var[i] * inv_d + eps);  // now rstd
+      for (int64_t f = 0; f < d; ++f) {
+        const float g = gamma[f], be = beta[f];
+        for (int64_t i = 0; i < len; ++i) out[f * s + i] = (in[f * s + i] - mu[i]) * var[i] * g + be;
+      }
+      std::copy(mu, mu + len, mean_.data() + b * s + s0);
+      std::copy(var, var + len, rstd_.data() + b * s + s0);
+    }
+  }
+
+  // dx = rstd * (g - mean_d(g) - xhat * mean_d(g xhat)), g = dy * gamma.
+  void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
+                     const std::vector<float*>& dx) override {
+    if (!dx[0]) return;
+    const int64_t d = d_, s = s_, blocks = (s + kBlock - 1) / kBlock;
+    const float* gamma = params_[0];
+    const float inv_d = 1.f / float(d);
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < spec_.batch * blocks; ++t) {
+      const int64_t b = t / blocks, s0 = (t % blocks) * kBlock, len = std::min<int64_t>(kBlock, s - s0);
+      const int64_t off = b * d * s + s0;
+      const float *in = x[0] + off, *g = dy + off, *mu = mean_.data() + b * s + s0, *rs = rstd_.data() + b * s + s0;
+      float* out = dx[0] + off;
+      float sg[kBlock] = {0.f}, sgx[kBlock] = {0.f};
+      for (int64_t f = 0; f < d; ++f)
+        for (int64_t i = 0; i < len; ++i) {
+          const float gi = g[f * s + i] * gamma[f];
+          sg[i] += gi;
+          sgx[i] += gi * (in[f * s + i] - mu[i]) * rs[i];
+        }
+      for (int64_t i = 0; i < len; ++i) sg[i] *= inv_d, sgx[i] *= inv_d;
+      for (int64_t f = 0; f < d; ++f)
+        for (int64_t i = 0; i < len; ++i) {
+          const float xh = (in[f * s + i] - mu[i]) * rs[i];
+          out[f * s + i] += rs[i] * (g[f * s + i] * gamma[f] - sg[i] - xh * sgx[i]);
+        }
+    }
+  }
+
+  // dgamma[d] = sum over batch and positions of dy * xhat; dbeta[d] = sum of dy.
+  void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
+    const int64_t d = d_, s = s_, n = spec_.batch;
+#pragma omp parallel for schedule(static)
+    for (int64_t f = 0; f < d; ++f) {
+      double sgx = 0, sg = 0;
+      for (int64_t b = 0; b < n; ++b) {
+        const float *in = x[0] + (b * d + f) * s, *g = dy + (b * d + f) * s;
+        const float *mu = mean_.data() + b * s, *rs = rstd_.data() + b * s;
+        float a = 0.f, c = 0.f;
+#pragma omp simd reduction(+ : a, c)
+        for (int64_t i = 0; i < s; ++i) {
+          a += g[i] * (in[i] - mu[i]) * rs[i];
+          c += g[i];
+        }
+        sgx += a, sg += c;
+      }
+      grads_[0][f] = float(sgx);
+      grads_[1][f] = float(sg);
+    }
+  }
+
+ private:
+  static constexpr int64_t kBlock = 64;
+  int64_t d_ = 0, s_ = 0;
+  double eps_ = 1e-5;
+  std::vector<float> mean_, rstd_;  // per (sample, position), saved for backward
+};
+GDL_REGISTER_LAYER("layernorm", LayerNormLayer);
+
+// Per-position linear (torch.nn.Linear on (B, S, C)): (C, H, W) -> (F, H, W), Y_b = W X_b (+ b),
+// weight [F, C] (+ bias [F]). One GEMM per sample; a single position per sample (P = 1) is the
+// fc case, one GEMM for the batch.
+class LinearLayer : public Layer {
+ public:
+  explicit LinearLayer(const LayerSpec& s) : Layer(s) {
+    GDL_REQUIRE(s.in_shapes.size() == 1 && s.in_shapes[0].size() == 3, "linear ", s.name, ": needs one input (C, H, W)");
+    c_ = s.in_shapes[0][0];
+    p_ = s.in_shapes[0][1] * s.in_shapes[0][2];
+    f_ = int64_t(s.attr("out_features"));
+    bias_ = s.attr("bias", 1) != 0;
+    GDL_REQUIRE(s.out_shape == (Shape{f_, s.in_shapes[0][1], s.in_shapes[0][2]}), "linear ", s.name,
+                ": out_shape must be (out_features, H, W) = (", f_, ", ", s.in_shapes[0][1], ", ", s.in_shapes[0][2], ")");
+    GDL_REQUIRE(s.param_shapes.size() == std::size_t(bias_ ? 2 : 1) && s.param_shapes[0] == (Shape{f_, c_}) &&
+                    (!bias_ || s.param_shapes[1] == Shape{f_}),
+                "linear ", s.name, ": param_shapes must be [", f_, ", ", c_, "] (weight)", bias_ ? " then [F] (bias)" : "");
+  }
+
+  void forward(const std::vector<const float*>& x, float* y) override {
+    const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
+    if (bias_) {  // y = b broadcast over positions, then the GEMM adds (beta = 1)
+      const float* bias = params_[1];
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < n * f; ++r) std::fill(y + r * p, y + (r + 1) * p, bias[r % f]);
+    }
+    const float beta = bias_ ? 1.f : 0.f;
+    if (p == 1)  // Y[n x F] = X[n x C] W^T
+      return gemm(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), beta, y, int(f));
+    for (int64_t b = 0; b < n; ++b)  // Y_b[F x P] = W[F x C] X_b[C x P]
+      gemm(false, false, int(f), int(p), int(c), 1.f, params_[0], int(c), x[0] + b * c * p, int(p), beta,
+           y + b * f * p, int(p));
+  }
+
+  void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
+                     const std::vector<float*>& dx) override {
+    if (!dx[0]) return;
+    const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
+    if (p == 1)  // dX[n x C] += dY[n x F] W
+      return gemm(false, false, int(n), int(c), int(f), 1.f, dy, int(f), params_[0], int(c), 1.f, dx[0], int(c));
+    for (int64_t b = 0; b < n; ++b)  // dX_b[C x P] += W^T dY_b[F x P]
+      gemm(true, false, int(c), int(p), int(f), 1.f, params_[0], int(c), dy + b * f * p, int(p), 1.f,
+           dx[0] + b * c * p, int(p));
+  }
+
+  void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
+    const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
+    if (p == 1) {  // dW[F x C] = dY^T X
+      gemm(true, false, int(f), int(c), int(n), 1.f, dy, int(f), x[0], int(c), 0.f, grads_[0], int(c));
+    } else {
+      for (int64_t b = 0; b < n; ++b)  // dW += dY_b[F x P] X_b^T, the first sample overwriting
+        gemm(false, true, int(f), int(c), int(p), 1.f, dy + b * f * p, int(p), x[0] + b * c * p, int(p),
+             b ? 1.f : 0.f, grads_[0], int(c));
+    }
+    if (!bias_) return;
+    float* db = grads_[1];
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < f; ++j) {
+      double sum = 0;
+      for (int64_t b = 0; b < n; ++b) {
+        const float* g = dy + (b * f + j) * p;
+        float part = 0.f;
+#pragma omp simd reduction(+ : part)
+        for (int64_t i = 0; i < p; ++i) part += g[i];
+        sum += part;
+      }
+      db[j] = float(sum);
+    }
+  }
+
+ private:
+  int64_t c_ = 0, p_ = 0, f_ = 0;
+  bool bias_ = true;
+};
+GDL_REGISTER_LAYER("linear", LinearLayer);
+
+// exp(x) in float arithmetic only, so that the loops below vectorise (libm's expf, erff and tanhf
+// are scalar calls here): Cephes' expf polynomial after x = n ln2 + r, about 2 ulp; 0 below -87.3,
+// saturating at e^88.3 above (its callers only divide by it or multiply it by a small number).
+inline float exp_poly(float x) {
+  const float xc = std::min(std::max(x, -87.3f), 88.3f);
+  // n = round(x / ln2) by the 1.5 * 2^23 trick (std::floor would be a call that stops vectorising)
+  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t bits = (int32_t(n) + 127) << 23;  // 2^n, n in [-126, 127]
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -87.3f ? 0.f : p * scale;
+}
+// tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error about 1e-7.
+inline float tanh_poly(float u) { return 1.f - 2.f / (exp_poly(2.f * u) + 1.f); }
+// The normal CDF Phi(v) = erfc(-v / sqrt 2) / 2, with Numerical Recipes' erfc (erfcc: fractional
+// error under 1.2e-7 everywhere, so Phi keeps its relative accuracy far into the negative tail).
+inline float phi_poly(float v) {
+  const float z = std::fabs(v) * 0.70710678118654752f, t = 1.f / (1.f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  const float half_erfc = 0.5f * t * exp_poly(-z * z - 1.26551223f + t * p);  // erfc(z) / 2
+  return v < 0.f ? half_erfc : 1.f - half_erfc;
+}
+
+// GELU, element-wise. approximate 0: x Phi(x), the exact erf form (torch's default; BERT, ViT);
+// approximate 1: the tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (GPT-2's gelu_new,
+// torch's approximate='tanh'). Backward reads the input.
+class GeluLayer : public Layer {
+ public:
+  explicit GeluLayer(const LayerSpec& s) : Layer(s) {
+    GDL_REQUIRE(s.in_shapes.size() == 1 && numel(s.in_shapes[0]) == numel(s.out_shape), "gelu ", s.name,
+                ": out_shape must have as many elements as the input");
+    const double a = s.attr("approximate", 0);
+    GDL_REQUIRE(a == 0 || a == 1, "gelu ", s.name, ": approximate must be 0 (erf) or 1 (tanh), got ", a);
+    tanh_ = a == 1;
+  }
+  void forward(const std::vector<const float*>& x, float* y) override {
+    const float* in = x[0];
+    const int64_t n = out_count();
+    if (tanh_) {
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = in[i];
+        y[i] = 0.5f * v * (1.f + tanh_poly(kC * (v + kA * v * v * v)));
+      }
+    } else {
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) y[i] = in[i] * phi_poly(in[i]);
+    }
+  }
+  void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
+                     const std::vector<float*>& dx) override {
+    if (!dx[0]) return;
+    const float* in = x[0];
+    float* g = dx[0];
+    const int64_t n = out_count();
+    if (tanh_) {
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = in[i], t = tanh_poly(kC * (v + kA * v * v * v));
+        g[i] += dy[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kC * (1.f + 3.f * kA * v * v));
+      }
+    } else {  // d/dv v Phi(v) = Phi(v) + v phi(v)
+#pragma omp parallel for simd schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = in[i];
+        g[i] += dy[i] * (phi_poly(v) + v * kRsqrt2pi * exp_poly(-0.5f * v * v));
+      }
+    }
+  }
+
+ private:
+  static constexpr float kRsqrt2pi = 0.39894228040143268f;
+  static constexpr float kC = 0.79788456080286536f, kA = 0.044715f;  // sqrt(2/pi)
+  bool tanh_ = false;
+};
+GDL_REGISTER_LAYER("gelu", GeluLayer);
+
+// tanh, element-wise; backward from the output: dx += dy (1 - y^2).
+class TanhLayer : public Layer {
+ public:
+  explicit TanhLayer(const LayerSpec& s) : Layer(s) {
+    GDL_REQUIRE(s.in_shapes.size() == 1 && numel(s.in_shapes[0]) == numel(s.out_shape), "tanh ", s.name,
+                ": out_shape must have as many elements as the input");
+  }
+  void forward(const std::vector<const float*>& x, float* y) override {
+    const float* in = x[0];
+    const int64_t n = out_count();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(in[i]);
+  }
+  void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
+                     const std::vector<float*>& dx) override {
+    if (!dx[0]) return;
+    float* g = dx[0];
+    const int64_t n = out_count();
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) g[i] += dy[i] * (1.f - y[i] * y[i]);
+  }
+};
+GDL_REGISTER_LAYER("tanh", TanhLayer);
+
+}  // namespace
+}  // namespace gdl::cpu
