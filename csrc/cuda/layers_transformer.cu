@@ -167,7 +167,9 @@ class EmbeddingLayer : public Layer {
     S_ = s.in_shapes[0][1];
     GDL_REQUIRE(vocab_ > 0 && D_ > 0 && S_ <= positions_, "embedding ", s.name, ": needs vocab, hidden > 0 and S <= positions");
     GDL_REQUIRE(s.out_shape == Shape({D_, S_, 1}), "embedding ", s.name, ": out_shape must be (hidden, S, 1)");
-    GDL_REQUIRE(s.param_shapes.size() == (types_ > 0 ? 3u : 2u), "embedding ", s.name,
+    std::vector<Shape> want{{vocab_, D_}, {positions_, D_}};
+    if (types_ > 0) want.push_back({types_, D_});
+    GDL_REQUIRE(s.param_shapes == want, "embedding ", s.name,
                 ": param_shapes must be token [vocab, hidden], position [positions, hidden] (, type [token_types, hidden])");
   }
   void forward(const std::vector<const void*>& x, void* y) override {
@@ -237,11 +239,15 @@ class TokensLayer : public Layer {
     require_fp32_nchw(s);
     GDL_REQUIRE(s.in_shapes.size() == 1 && !s.in_shapes[0].empty(), "tokens ", s.name, ": takes one input (C, H, W)");
     C_ = s.in_shapes[0][0];
+    GDL_REQUIRE(C_ > 0, "tokens ", s.name, ": no channels");
     off_ = s.attr("class_token", 1) != 0 ? 1 : 0;
     S_ = numel(s.in_shapes[0]) / C_ + off_;
     GDL_REQUIRE(s.out_shape == Shape({C_, S_, 1}), "tokens ", s.name, ": out_shape must be (C, H*W", off_ ? " + 1" : "",
                 ", 1)");
-    GDL_REQUIRE(s.param_shapes.size() == std::size_t(1 + off_), "tokens ", s.name,
+    std::vector<Shape> want;
+    if (off_) want.push_back({1, C_});
+    want.push_back({S_, C_});
+    GDL_REQUIRE(C_ > 0 && s.param_shapes == want, "tokens ", s.name,
                 ": param_shapes must be ", off_ ? "class token [1, C], " : "", "position [S, C]");
   }
   void forward(const std::vector<const void*>& x, void* y) override {
@@ -332,15 +338,17 @@ class LayerNormLayer : public Layer {
  public:
   explicit LayerNormLayer(const LayerSpec& s)
       : Layer(s),
-        rows_(s.batch * (s.in_shapes.at(0).size() > 1 ? numel(Shape(s.in_shapes[0].begin() + 1, s.in_shapes[0].end())) : 1)),
-        mean_(std::size_t(rows_) * sizeof(float)),
-        rstd_(std::size_t(rows_) * sizeof(float)) {
+        rows_(s.in_shapes.empty() || s.in_shapes[0].empty() ? 0 : s.batch * (numel(s.in_shapes[0]) / std::max<int64_t>(1, s.in_shapes[0][0]))),
+        mean_(std::size_t(std::max<int64_t>(rows_, 1)) * sizeof(float)),
+        rstd_(std::size_t(std::max<int64_t>(rows_, 1)) * sizeof(float)) {
     require_fp32_nchw(s);
     GDL_REQUIRE(s.in_shapes.size() == 1 && !s.in_shapes[0].empty() && s.out_shape == s.in_shapes[0], "layernorm ", s.name,
                 ": out_shape must equal the input shape");
     D_ = s.in_shapes[0][0];
+    GDL_REQUIRE(D_ > 0, "layernorm ", s.name, ": no features");
     S_ = rows_ / s.batch;
-    GDL_REQUIRE(s.param_shapes.size() == 2, "layernorm ", s.name, ": param_shapes must be scale [D], shift [D]");
+    GDL_REQUIRE(s.param_shapes == std::vector<Shape>({{D_}, {D_}}), "layernorm ", s.name,
+                ": param_shapes must be scale [D], shift [D]");
     eps_ = float(s.attr("eps", 1e-5));
   }
   void forward(const std::vector<const void*>& x, void* y) override {
@@ -377,6 +385,7 @@ class LinearLayer : public Layer {
     require_fp32_nchw(s);
     GDL_REQUIRE(s.in_shapes.size() == 1 && !s.in_shapes[0].empty() && !s.out_shape.empty(), "linear ", s.name,
                 ": takes one input (C, H, W)");
+    GDL_REQUIRE(s.in_shapes[0][0] > 0, "linear ", s.name, ": no channels");
     const int64_t C = s.in_shapes[0][0], F = s.out_shape[0], P = numel(s.in_shapes[0]) / C;
     bias_ = s.attr("bias", 1) != 0;
     GDL_REQUIRE(numel(s.out_shape) == F * P, "linear ", s.name, ": out_shape must be (F, H, W) of the input's H, W");
@@ -501,6 +510,7 @@ class SelectTokenLayer : public Layer {
     require_fp32_nchw(s);
     GDL_REQUIRE(s.in_shapes.size() == 1 && !s.in_shapes[0].empty(), "select_token ", s.name, ": takes one input (C, S, 1)");
     const int64_t C = s.in_shapes[0][0];
+    GDL_REQUIRE(C > 0, "select_token ", s.name, ": no channels");
     S_ = numel(s.in_shapes[0]) / C;
     index_ = int64_t(s.attr("index", 0));
     GDL_REQUIRE(index_ >= 0 && index_ < S_, "select_token ", s.name, ": index ", index_, " is outside the sequence of ", S_);
