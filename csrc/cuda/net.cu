@@ -70,7 +70,9 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs),
   data_bytes_ = static_cast<std::size_t>(batch) * numel(specs.front().in_shapes.at(0)) * sizeof(float);
   data_ = std::make_unique<DeviceBuffer>(data_bytes_);
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), data_bytes_));
-  // Token ids stay exact: the data buffer is float32 (exact below 2^24), as every CUDA layer's.
+  // Token ids stay exact: the data buffer is float32 (integers exact below 2^24), as every CUDA
+  // layer's data. A half-precision executor must keep a token net's data float32 all the same
+  // (fp16 holds integers exactly only up to 2048, bf16 up to 256).
   if (const LayerSpec* embedding = token_input(specs))
     fill_token_ids(staging_, static_cast<int64_t>(data_bytes_ / sizeof(float)),
                    static_cast<int64_t>(embedding->attr("vocab")));
