@@ -46,6 +46,23 @@ std::vector<LayerSpec>& searching(std::vector<LayerSpec>& specs) {
     if (s.type == "conv" && !s.attrs.count("algo_mode")) s.attrs["algo_mode"] = 1;
   return specs;
 }
+
+// The net's embedding when its data are token ids (a language model), else nullptr; a data input
+// that feeds an embedding and another layer at once is refused (cpu/net.cpp's rule).
+const LayerSpec* token_input(const std::vector<LayerSpec>& specs) {
+  const LayerSpec* embedding = nullptr;
+  bool other = false;
+  for (const auto& s : specs)
+    for (int j : s.inputs) {
+      if (j >= 0) continue;
+      if (reads_token_ids(s))
+        embedding = &s;
+      else
+        other = true;
+    }
+  GDL_REQUIRE(!(embedding && other), "the data feeds an embedding (token ids) and other layers (values) at once");
+  return embedding;
+}
 }  // namespace
 
 Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs), batch, make_layer) {
@@ -53,7 +70,14 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs),
   data_bytes_ = static_cast<std::size_t>(batch) * numel(specs.front().in_shapes.at(0)) * sizeof(float);
   data_ = std::make_unique<DeviceBuffer>(data_bytes_);
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), data_bytes_));
-  for (std::size_t i = 0; i < data_bytes_ / sizeof(float); ++i) staging_[i] = fill_value(3, i);
+  // Token ids stay exact: the data buffer is float32 (integers exact below 2^24), as every CUDA
+  // layer's data. A half-precision executor must keep a token net's data float32 all the same
+  // (fp16 holds integers exactly only up to 2048, bf16 up to 256).
+  if (const LayerSpec* embedding = token_input(specs))
+    fill_token_ids(staging_, static_cast<int64_t>(data_bytes_ / sizeof(float)),
+                   static_cast<int64_t>(embedding->attr("vocab")));
+  else
+    for (std::size_t i = 0; i < data_bytes_ / sizeof(float); ++i) staging_[i] = fill_value(3, i);
   CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
   for (auto& layer : layers_) {
     act_.push_back(floats(layer->out_count()));
@@ -70,19 +94,26 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs),
                              cudaMemcpyHostToDevice, s));
   CUDA_CHECK(cudaMemsetAsync(grads_->data(), 0, grads_->nbytes(), s));
   CUDA_CHECK(cudaMemsetAsync(momentum_->data(), 0, momentum_->nbytes(), s));
-  classes_ = numel(specs.back().in_shapes.at(0));
-  const auto labels = test_labels(batch, classes_);
-  label_count_ = static_cast<int>(labels.size());
-  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&labels_host_), labels.size() * sizeof(int32_t)));
-  std::copy(labels.begin(), labels.end(), labels_host_);
-  labels_ = std::make_unique<DeviceBuffer>(labels.size() * sizeof(int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels_host_, labels.size() * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, s));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     auto* p = static_cast<float*>(params_->data()) + param_offset_[l];
     auto* g = static_cast<float*>(grads_->data()) + param_offset_[l];
     layers_[l]->bind_params(p, g, sizeof(float));
-    layers_[l]->set_labels(static_cast<const int32_t*>(labels_->data()));
+  }
+  tie_weights();
+  for (std::size_t l = 0; l < layers_.size(); ++l) {  // each loss layer its own labels (fill.h)
+    if (specs[l].type != "softmax_xent") continue;
+    const LabelShape shape = label_shape(specs[l]);
+    const auto values = test_labels(static_cast<int>(shape.count(batch)), shape.classes);
+    Labels lab;
+    lab.count = static_cast<int>(values.size());
+    lab.classes = shape.classes;
+    lab.device = std::make_unique<DeviceBuffer>(std::max<std::size_t>(values.size(), 1) * sizeof(int32_t));
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&lab.host), std::max<std::size_t>(values.size(), 1) * sizeof(int32_t)));
+    labels_.push_back(std::move(lab));  // owned by labels_ before anything else can throw
+    Labels& mine = labels_.back();
+    std::copy(values.begin(), values.end(), mine.host);
+    CUDA_CHECK(cudaMemcpyAsync(mine.device->data(), mine.host, values.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    layers_[l]->set_labels(static_cast<const int32_t*>(mine.device->data()));
   }
   std::vector<void*> outputs, output_grads;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -97,7 +128,8 @@ Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs),
 Net::~Net() {
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
   if (staging_) cudaFreeHost(staging_);
-  if (labels_host_) cudaFreeHost(labels_host_);
+  for (auto& l : labels_)
+    if (l.host) cudaFreeHost(l.host);
 }
 
 void Net::zero_act_grads() {
@@ -247,9 +279,10 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     io_wait_us = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
     CUDA_CHECK(cudaMemcpyAsync(data_->data(), staging_, data_bytes_, cudaMemcpyHostToDevice, s));
     // A new batch's labels (advance_labels); the last copy of them ended with the last iteration.
-    advance_labels(labels_host_, label_count_, classes_);
-    CUDA_CHECK(cudaMemcpyAsync(labels_->data(), labels_host_, label_count_ * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, s));
+    for (auto& l : labels_) {
+      advance_labels(l.host, l.count, l.classes);
+      CUDA_CHECK(cudaMemcpyAsync(l.device->data(), l.host, l.count * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    }
     CUDA_CHECK(cudaEventRecord(ev.h2d(), s));
     forward([&](int l) { CUDA_CHECK(cudaEventRecord(ev.forward(l), s)); });
     zero_act_grads();

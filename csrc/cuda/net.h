@@ -54,11 +54,15 @@ class Net : public LayerGraph<void> {
 
  private:
   std::vector<std::unique_ptr<DeviceBuffer>> act_, act_grad_;
-  std::unique_ptr<DeviceBuffer> data_, params_, grads_, momentum_, labels_;
+  std::unique_ptr<DeviceBuffer> data_, params_, grads_, momentum_;
   float* staging_ = nullptr;  // pinned host copy of the batch (cudaMallocHost)
-  int32_t* labels_host_ = nullptr;  // pinned; advanced every iteration (advance_labels)
-  int label_count_ = 0;
-  int64_t classes_ = 1;
+  struct Labels {             // one set per loss layer (common/fill.h's label_shape), bound to its layer
+    std::unique_ptr<DeviceBuffer> device;
+    int32_t* host = nullptr;  // pinned; advanced every iteration (advance_labels)
+    int count = 0;
+    int64_t classes = 1;
+  };
+  std::vector<Labels> labels_;
   std::size_t data_bytes_ = 0;
   cudaStream_t comm_stream_ = nullptr;
 };
