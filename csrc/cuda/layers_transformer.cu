@@ -716,7 +716,7 @@ GDL_REGISTER_CUDA_LAYER("attention", AttentionLayer);
 // ---- lm_head: (D, S, 1) -> (vocab, S, 1) logits = W[vocab, D] X_b (+ b) ----------------------------
 // Tied: W is the first embedding's token table (bind_tied); its gradient is OVERWRITTEN here (the
 // embedding adds its own after). A tied head never bound (the single-layer benchmark) uses a table
-// of its own: element i is fill_value(5, i) * 0.125 (common/fill.h), made at its first pass.
+// of its own: element i is fill_value(3, i) * 0.125 (common/fill.h; as cpu/lm_head.cpp), made at its first pass.
 
 __global__ void scale_in_place(float* p, float s, int64_t n) {
   GDL_GRID_STRIDE(i, n) p[i] *= s;
@@ -764,7 +764,7 @@ class LmHeadLayer : public Layer {
     if (!w_) {
       const int64_t n = V_ * D_;
       own_ = std::make_unique<DeviceBuffer>(std::size_t(n) * sizeof(float) * 2);
-      fill(own_->data(), std::size_t(n), DType::f32, 5);
+      fill(own_->data(), std::size_t(n), DType::f32, 3);  // the CPU head's kOwnSeed
       scale_in_place<<<grid_for(n), kThreads, 0, context().stream>>>(f32(own_->data()), 0.125f, n);
       launched();
       w_ = f32(own_->data()), dw_ = w_ + n;
