@@ -551,6 +551,9 @@ class Prediction:
     # backward_us + comm_exposed_us)
     backward_beside_us: float = 0.0
     comm_hidden_us: float = 0.0  # the messages' time before backward's end (hidden_us)
+    # of io_us, what a prefetched read costs the compute beside it: a trace shows it as slower
+    # compute, and io_us - io_beside_us as the wait for the batch
+    io_beside_us: float = 0.0
 
     @property
     def images_per_s(self) -> float:
@@ -567,7 +570,7 @@ class Prediction:
              "backward_us": self.backward_us, "comm_us": self.comm_us, "comm_exposed_us": self.comm_exposed_us,
              "update_us": self.update_us, "images_per_s": self.images_per_s, "messages": len(self.messages),
              "comm_wait_us": self.comm_wait_us, "backward_beside_us": self.backward_beside_us,
-             "comm_hidden_us": self.comm_hidden_us}
+             "comm_hidden_us": self.comm_hidden_us, "io_beside_us": self.io_beside_us}
         if timeline:
             d["timeline"] = self.timeline
             d["message_list"] = [m.to_dict() for m in self.messages]
@@ -723,9 +726,10 @@ def _message_costs(strategy: Strategy, comm: CommModel | Any | None, n: int, siz
     return [comm.allreduce_us(strategy.algo or comm.formula, m, n) for m in sizes], []
 
 
-def _io_exposure(phases: Phases, strategy: Strategy, compute_us: float) -> tuple[float, float]:
-    """(the read's exposed time, the whole iteration) around `compute_us` of compute and
-    communication after the batch is copied in."""
+def _io_exposure(phases: Phases, strategy: Strategy, compute_us: float) -> tuple[float, float, float]:
+    """(the read's exposed time, the whole iteration, the part of the exposed time that the read
+    costs the compute beside it) around `compute_us` of compute and communication after the batch
+    is copied in. A trace shows that part as slower compute, the rest as a wait for the batch."""
     t_io, t_h2d = phases.io_us, phases.h2d_us
     # prefetched: what the read costs beside compute (measured, or as eta says), or the part of
     # it longer than the compute it overlaps
@@ -734,7 +738,7 @@ def _io_exposure(phases: Phases, strategy: Strategy, compute_us: float) -> tuple
     # the same sum, written so that a read that outlasts compute gives exactly t_io + t_h2d (what-ifs
     # that change only compute or communication then gain exactly 0, not a rounding error)
     t_iter = t_h2d + (max(beside + compute_us, t_io) if strategy.io_prefetch else t_io + compute_us)
-    return io_exposed, t_iter
+    return io_exposed, t_iter, min(beside, io_exposed) if strategy.io_prefetch else 0.0
 
 
 def _batch_spans(strategy: Strategy, t_io: float, t_h2d: float, io_exposed: float) -> tuple[list[Span], float]:
@@ -853,7 +857,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     after_fwd = comm_end + t_u + pulls_total  # backward + exposed comm + update (+ pulls)
     comm_total = sum(costs) + pulls_total
     comm_exposed = comm_end - t_b + pulls_total  # with the slowdown backward takes beside the messages
-    io_exposed, t_iter = _io_exposure(phases, strategy, t_f + after_fwd)
+    io_exposed, t_iter, io_beside = _io_exposure(phases, strategy, t_f + after_fwd)
 
     # Timeline from the start of the iteration.
     tl, t0 = _batch_spans(strategy, phases.io_us, t_h2d, io_exposed)
@@ -863,7 +867,8 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     tl += comm_spans + _update_spans(b0 + comm_end, t_u, names, pulls)
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,
                       comm_exposed, t_u, messages, tl, comm_wait_us=comm_end - backward_end + pulls_total,
-                      backward_beside_us=backward_end, comm_hidden_us=hidden_us(spans, backward_end))
+                      backward_beside_us=backward_end, comm_hidden_us=hidden_us(spans, backward_end),
+                      io_beside_us=io_beside)
 
 
 def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
@@ -1106,7 +1111,7 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
     cs, ms = schedule_lanes(compute, needs, costs, ready, c_slow, m_slow)
     span = max(cs[-1][1], ms[-1][1] if ms else 0.0)  # from the start of forward
     t_f, t_b, t_h2d = phases.forward_us, phases.backward_us, phases.h2d_us
-    io_exposed, t_iter = _io_exposure(phases, strategy, span)
+    io_exposed, t_iter, io_beside = _io_exposure(phases, strategy, span)
     b0 = cs[nl][0] if nl < len(cs) else 0.0  # backward's start
     tl = _sharded_compute_spans(net, strategy, phases, io_exposed, cs, n, t_u)
     messages, comm_spans = _sharded_messages(plan, cs, ms, b0, io_exposed + t_h2d)
@@ -1119,5 +1124,6 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, sum(costs),
                       comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]),
                       comm_wait_us=max(0.0, span - busy), backward_beside_us=sum(e - s for s, e in backward_tasks),
-                      comm_hidden_us=hidden_us(ms, backward_tasks[-1][1] if backward_tasks else 0.0))
+                      comm_hidden_us=hidden_us(ms, backward_tasks[-1][1] if backward_tasks else 0.0),
+                      io_beside_us=io_beside)
 

@@ -490,10 +490,13 @@ def _comm_source(cfg: Config, strategy: Strategy) -> CommSource:
 
 def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
     """The predicted iteration's phases as a traced iteration shows them (measured_breakdown):
-    backward as it runs beside the messages, then the wait for the messages after it. Not
+    backward as it runs beside the messages, then the wait for the messages after it; the wait
+    for a prefetched batch, its cost beside compute in forward. Not
     backward alone and comm_exposed_us: that puts backward's slowdown beside the messages into
     communication, which a trace shows in backward (and can exceed all the messages' time)."""
-    return {"io": pred["io_exposed_us"], "h2d": pred["h2d_us"], "forward": pred["forward_us"],
+    # a prefetched read's cost beside compute shows as slower forward (the read starts with it)
+    beside = pred.get("io_beside_us", 0.0)
+    return {"io": pred["io_exposed_us"] - beside, "h2d": pred["h2d_us"], "forward": pred["forward_us"] + beside,
             "backward": pred["backward_beside_us"], "comm": pred["comm_wait_us"], "update": pred["update_us"]}
 
 

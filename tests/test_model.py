@@ -709,3 +709,23 @@ def test_exposed_communication_as_a_trace_shows_it_is_never_more_than_the_messag
         assert 0 <= p.comm_hidden_us <= p.backward_beside_us + 1e-9, name
     mxnet = predict_iteration(net, slowed, comm, get_strategies("mxnet")[0], 2)
     assert mxnet.comm_exposed_us > mxnet.comm_us  # the case the study compared wrongly
+
+
+@pytest.mark.parametrize("t_io", [20_000.0, 5_000_000.0])  # hidden behind compute; longer than it
+def test_a_prefetched_reads_cost_beside_compute_shows_as_compute_in_the_traced_breakdown(t_io):
+    """The model's exposed read = what it costs the compute beside it (read_beside_us) + the wait for
+    a read that outlasts compute; a trace shows the first as slower forward, the second as the wait:
+    breakdown_of splits it so (the study's I/O component against the measured one)."""
+    from gdlbench.study import breakdown_of
+
+    phases = replace(Phases.synthetic("resnet50", 8), io_us=t_io, read_beside_us=3_000.0)
+    pred = predict_iteration("resnet50", phases, RING, get_strategies("wfbp")[0], 2)
+    assert pred.io_beside_us == 3_000.0
+    compute = pred.t_iter_us - pred.h2d_us - pred.io_us  # forward, backward, communication, update
+    assert pred.io_us == pytest.approx(max(3_000.0, t_io - compute))
+    parts = breakdown_of(pred.to_dict())
+    assert parts["io"] == pytest.approx(pred.io_us - 3_000.0)
+    assert parts["forward"] == pytest.approx(pred.forward_us + 3_000.0)
+    assert sum(parts.values()) == pytest.approx(pred.t_iter_us)  # nothing lost or counted twice
+    serial = predict_iteration("resnet50", phases, RING, get_strategies("serial")[0], 2)
+    assert serial.io_beside_us == 0.0 and breakdown_of(serial.to_dict())["io"] == serial.io_us
