@@ -163,9 +163,11 @@ def _hier2(s: TwoLevelShape, m: float) -> Terms:
 def _ps2(s: TwoLevelShape, m: float) -> Terms:
     # P = N servers, one per worker: a node's links carry what its workers push to (and pull from)
     # servers on other nodes
+    # servers; incast as _ps_push: a server hears from the per_node - 1 other workers of its node and
+    # the N - per_node of the others, one message after another, on the push and on the pull
     p = s.servers or s.nranks
     crossing = s.per_node * (s.nodes - 1) / s.nodes / s.links_per_node
-    return _levels((0, 0, 0), (2, 2 * crossing, s.nranks / p))
+    return _levels((2 * (s.per_node - 1), 0, 0), (2 * (s.nranks - s.per_node), 2 * crossing, s.nranks / p))
 
 
 def _rsag2(reduce: bool) -> Callable[[TwoLevelShape, float], Terms]:
@@ -193,14 +195,17 @@ class Cost:
 
 
 def _ps_push(s: Shape) -> Terms:
-    """The push: a server's link carries (N/P) m in, and it reduces (N/P) m."""
+    """The push: a server's link carries (N/P) m in, and it reduces (N/P) m. Incast: a server hears
+    from each of the N-1 other workers (the servers sit on worker ranks), one message after
+    another through its one link, N-1 latencies, however many servers there are."""
     load = s.nranks / s.servers if s.nranks > 1 else 0.0
-    return Terms.one_level(1 if s.nranks > 1 else 0, load, load)
+    return Terms.one_level(s.nranks - 1, load, load)
 
 
 def _ps_pull(s: Shape) -> Terms:
+    """The pull: a server's link carries (N/P) m out, to each of the N-1 other workers in turn."""
     load = s.nranks / s.servers if s.nranks > 1 else 0.0
-    return Terms.one_level(1 if s.nranks > 1 else 0, load)
+    return Terms.one_level(s.nranks - 1, load)
 
 
 def _sum(*entries: Callable[[Shape], Terms]) -> Callable[[Shape], Terms]:
@@ -238,11 +243,12 @@ _ENTRIES = (
          two_level_formula="2(G-1) a1 + 2(G-1)/G m b1 + (G-1)/G m g1 + 2 log2 M a2 + 2(M-1)/M s (m/G) b2 "
                            "+ (M-1)/M (m/G) g2; below 64 KiB: 2 log2 G (a1 + m b1) + log2 G m g1 + "
                            "2 log2 M a2 + 2(M-1)/M m b2 + (M-1)/M m g2 (via the node leaders)"),
-    Cost("ps", "2 (a + (N/P) m b) + (N/P) m g", _sum(_ps_push, _ps_pull),
+    Cost("ps", "2 ((N-1) a + (N/P) m b) + (N/P) m g  ((N-1) a: incast, a server hears from every worker)",
+         _sum(_ps_push, _ps_pull),
          aliases=("parameter_server", "parameter-server"), parts=("ps_push", "ps_pull"),
-         two_level=_ps2, two_level_formula="2 (a2 + G(M-1)/M / links m b2) + (N/P) m g2"),
-    Cost("ps_push", "a + (N/P) m b + (N/P) m g", _ps_push),
-    Cost("ps_pull", "a + (N/P) m b", _ps_pull),
+         two_level=_ps2, two_level_formula="2 (G-1) a1 + 2 ((N-G) a2 + G(M-1)/M / links m b2) + (N/P) m g2"),
+    Cost("ps_push", "(N-1) a + (N/P) m b + (N/P) m g", _ps_push),
+    Cost("ps_pull", "(N-1) a + (N/P) m b", _ps_pull),
     Cost("reduce_scatter", "ceil(log2 N) a + (N-1)/N m b + (N-1)/N m g  (m: total buffer)",
          lambda s: Terms.one_level(s.log2, s.share, s.share), collective="reduce_scatter",
          two_level=_rsag2(True), two_level_formula="(N-1) (a2 + m/N b2) + (N-1)/N m g2  (a flat ring)"),

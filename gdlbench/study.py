@@ -736,7 +736,8 @@ def leans_on_failed(verdict: Mapping[str, Any], components: Mapping[str, Any]) -
 TIE_SE = 2.0  # a measured margin under TIE_SE x the combined standard error is a tie
 ROBUST = 2.0  # a margin over ROBUST x the tie threshold (measured) or the band (predicted) is robust
 PS_SERVERS_ASSUMED = ("servers = workers (P = N): assumed, as the strategy leaves P unset; one server per "
-                      "worker, no incast or server contention priced")
+                      "worker; incast priced (a server hears from each of the N-1 other workers in turn, N-1 latencies), "
+                      "contention for a server's CPU not")
 
 
 def measured_spread(samples: list[float]) -> dict[str, Any]:
@@ -759,7 +760,7 @@ def servers_of(s: Strategy, workers: int) -> dict[str, Any]:
     if s.servers is None:
         return {"servers": workers, "servers_assumption": PS_SERVERS_ASSUMED}
     return {"servers": s.servers, "servers_assumption": f"servers fixed at {s.servers} by the strategy; "
-                                                        "no incast or server contention priced"}
+                                                        "incast priced (N-1 latencies per push and pull), server CPU contention not"}
 
 
 def traced_round(samples: list[float], tl: Mapping[str, Any] | None) -> dict[str, Any] | None:

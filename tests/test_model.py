@@ -51,7 +51,8 @@ def test_comm_formulas_by_hand():
     assert comm_time_us("rd", m, 5, a, b, g) == pytest.approx(3 * (2 + 10 + 1))  # ceil(log2 5) = 3
     assert comm_time_us("rd", m, 4, a, b, g) == pytest.approx(2 * 13)
     assert comm_time_us("tree", m, 4, a, b, g) == pytest.approx(2 * 2 * 12 + 2 * 1)
-    assert comm_time_us("ps", m, 4, a, b, g, servers=2) == pytest.approx(2 * (2 + 2 * 1000 * 0.01) + 2 * 1000 * 0.001)
+    # incast: a server hears from the 3 other workers in turn, on the push and on the pull
+    assert comm_time_us("ps", m, 4, a, b, g, servers=2) == pytest.approx(2 * (3 * 2 + 2 * 1000 * 0.01) + 2 * 1000 * 0.001)
     assert comm_time_us("library", m, 4, a, b, g) == pytest.approx(2 * 2 * 2 + 15 + 0.75)
     for algo in ("ring", "rd", "tree", "ps", "library"):
         assert comm_time_us(algo, m, 1, a, b, g) == 0.0  # one worker aggregates nothing

@@ -370,7 +370,8 @@ def test_two_level_counts_price_every_algorithm_as_written_out_by_hand(links):
                 "tree": 2 * lg * (a1 + m * b1) + lg * m * g1 + 2 * lm * (a2 + m * b2) + lm * m * g2,
                 "library": (2 * lg * a1 + 2 * (G - 1) / G * m * b1 + 2 * lm * a2
                             + 2 * (M - 1) / M * s * (m / G) * b2 + f * m * g2),
-                "ps": 2 * (a2 + G * (M - 1) / M / links * m * b2) + m * g2,
+                # incast: a server hears from the G-1 others of its node and the n-G of the others
+                "ps": 2 * (G - 1) * a1 + 2 * ((n - G) * a2 + G * (M - 1) / M / links * m * b2) + m * g2,
                 "hier": (2 * lg * (a1 + m * b1) + lg * m * g1
                          + 2 * lm * a2 + 2 * (M - 1) / M * m * b2 + (M - 1) / M * m * g2) if m < 65536 else
                         (2 * (G - 1) * a1 + 2 * (G - 1) / G * m * b1 + (G - 1) / G * m * g1
