@@ -46,8 +46,9 @@ from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
-from .model import Phases, Prediction, Span, predict_iteration
+from .model import Phases, Prediction, Span, message_label, predict_iteration
 from .model import plan_messages as model_plan_messages
+from .model import plan_sharded as model_plan_sharded
 from .network import Network, load_network
 from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
@@ -66,23 +67,40 @@ def default_batch(net: str, device: str) -> int:
     return DEFAULT_BATCH[device].get(net, FALLBACK_BATCH[device])
 
 
+# A sharded plan's message kinds, as the executor numbers them (csrc/common/iteration.h, MessageKind).
+MESSAGE_KINDS = {"allreduce": 0, "reduce_scatter": 1, "allgather": 2}
+
+
 @dataclass
 class MessagePlan:
     """How a strategy sends the gradients: (offset, count, ready_after layer) per message in the
-    flat gradient buffer, in sending order, and the layers each message carries."""
+    flat gradient buffer, in sending order, and the layers each message carries. A sharded
+    strategy's messages are (offset, count, ready_after, kind, issued_after, needed_by)
+    (plan_sharded_messages), and `kinds` names each one's collective."""
 
-    messages: list[tuple[int, int, int]]
+    messages: list[tuple[int, ...]]
     layers: list[list[str]]
+    kinds: list[str] = field(default_factory=list)  # per message; empty: all all-reduces
 
     @property
     def bytes(self) -> list[int]:
-        return [4 * count for _, count, _ in self.messages]
+        return [4 * m[1] for m in self.messages]
+
+    @property
+    def labels(self) -> list[str]:
+        """Per message: its collective (sharded plans) and layers, for tables and traces."""
+        kinds = self.kinds or ["allreduce"] * len(self.messages)
+        return [message_label(names) if kind == "allreduce" else f"{kind} {message_label(names)}"
+                for kind, names in zip(kinds, self.layers, strict=True)]
 
 
 def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], int]) -> MessagePlan:
     """The strategy's messages (model.plan_messages: the model prices exactly what is sent) as
-    ranges of the executor's flat gradient buffer."""
-    messages, names = [], []
+    ranges of the executor's flat gradient buffer; a sharded strategy's: plan_sharded_messages."""
+    if strategy.shard:
+        return plan_sharded_messages(net, strategy, offset_of)
+    messages: list[tuple[int, ...]] = []
+    names = []
     for msg in model_plan_messages(net, strategy):
         low, high = min(msg["indices"]), max(msg["indices"])
         start = offset_of(low)
@@ -90,6 +108,29 @@ def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], i
         messages.append((start, end - start, low))  # ready once its lowest layer's backward is done
         names.append(msg["layers"])
     return MessagePlan(messages, names)
+
+
+def plan_sharded_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], int]) -> MessagePlan:
+    """A sharded strategy's messages (model.plan_sharded, in its order: the model prices exactly
+    what is sent) as (offset, count, ready_after, kind, issued_after, needed_by) over the
+    executor's flat buffers: each one's layers must hold one contiguous range (a unit whose layers
+    lie apart, as a transformer's root unit, is refused). issued_after and needed_by count compute
+    tasks as plan_sharded's ready and needed_by do; ready_after is the message's lowest layer."""
+    index = {layer.name: i for i, layer in enumerate(net.layers)}
+    messages: list[tuple[int, ...]] = []
+    names, kinds = [], []
+    for msg in model_plan_sharded(net, strategy):
+        held = sorted(index[name] for name in msg["layers"] if net.layers[index[name]].params)
+        start = offset_of(held[0])
+        end = offset_of(held[-1]) + net.layers[held[-1]].params
+        if end - start != sum(net.layers[i].params for i in held):
+            raise UsageError(f"strategy {strategy.name}: the executor sends a unit as one range of its flat "
+                             f"buffers, and the layers {held[0]}-{held[-1]} of a {msg['collective']} lie apart")
+        needed_by = -1 if msg["needed_by"] is None else int(msg["needed_by"])
+        messages.append((start, end - start, held[0], MESSAGE_KINDS[msg["collective"]], int(msg["ready"]), needed_by))
+        names.append(list(msg["layers"]))
+        kinds.append(str(msg["collective"]))
+    return MessagePlan(messages, names, kinds)
 
 
 def executed_algo(strategy: Strategy, workers: int) -> tuple[str, int]:
@@ -115,6 +156,11 @@ def phase_times(trace: dict[str, Any]) -> dict[str, float]:
              "comm": sum(e - s for s, e in zip(t["message_start_us"], t["message_end_us"], strict=True)),
              "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": passes["update"]}
     return {k: max(0.0, v) for k, v in times.items()}
+
+
+def iteration_end(trace: dict[str, Any]) -> float:
+    """When a traced iteration ended: its update, or (ZeRO-1/2) the all-gathers after it."""
+    return float(max(trace["update_end_us"], trace.get("end_us", 0.0)))
 
 
 def layer_times(trace: dict[str, Any]) -> tuple[list[float], list[float]]:
@@ -224,9 +270,10 @@ class StrategyRun:
         t = self.trace
         spans: list[Span] = [{"lane": sp["lane"], "name": sp["name"], "start_us": sp["start_us"],
                               "end_us": sp["end_us"]}
-                             for sp in iteration_spans(t, layer_names, self.plan.layers) if sp["lane"] != "iteration"]
+                             for sp in iteration_spans(t, layer_names, self.plan.layers, self.plan.labels)
+                              if sp["lane"] != "iteration"]
         times = phase_times(t)
-        return SimpleNamespace(timeline=spans, t_iter_us=t["update_end_us"], comm_us=times["comm"],
+        return SimpleNamespace(timeline=spans, t_iter_us=iteration_end(t), comm_us=times["comm"],
                                comm_exposed_us=times["comm_exposed"])
 
     @property
@@ -411,7 +458,11 @@ def price_as_executed(net: Network, phases: Phases, strategy: Strategy, world: i
                       pair: tuple[float, float] | None) -> Prediction:
     """The model's prediction of `strategy` as the executor runs it (each parameter-server
     message one push+pull call) from the measured messages' costs, backward and its messages
-    at the slowdowns `pair` (None: the phases' own)."""
+    at the slowdowns `pair` (None: the phases' own; a sharded strategy's, measured with no round of
+    its own, 2 - overlap_efficiency for both, never another plan's)."""
+    if strategy.shard:  # no contention round of its own (yet): the pair overlap_efficiency implies
+        default = 2.0 - phases.overlap_efficiency
+        pair = pair or (default, default)
     if pair is not None:
         phases = replace(phases, strategy_slowdowns={strategy.name: pair})
     executed = replace(strategy, ps_pull="with_push")
@@ -508,10 +559,11 @@ class Iteration:
         self.strategies = get_strategies(strategy) if isinstance(strategy, str) else list(strategy)
         self.skipped: list[str] = []
         if self.device == "cuda":  # the CUDA executor sends every message with NCCL's all-reduce
-            self.skipped = [s.name for s in self.strategies if s.collective == "ps"]
-            self.strategies = [s for s in self.strategies if s.collective != "ps"]
+            self.skipped = [s.name for s in self.strategies if s.collective == "ps" or s.shard]
+            self.strategies = [s for s in self.strategies if s.collective != "ps" and not s.shard]
             if not self.strategies:
-                raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
+                raise UsageError("iteration --device cuda: parameter-server and sharded strategies run on the CPU "
+                                 "executor only")
         check_timing(iters, warmup, "iteration")
         self.iters, self.warmup = iters, warmup
         for what, v in (("target_se_pct", target_se_pct), ("budget_s", budget_s)):
@@ -657,7 +709,7 @@ class Iteration:
         # Contention, on several ranks: backward beside the messages of each plan that overlaps them
         # with it, posted as that plan's strategies post them (each distinct plan once per round).
         contend = {} if self.comm.Get_size() == 1 else {_message_key(p): p[1] for p in plans
-                                                        if p[0].overlap == "wfbp"}
+                                                        if p[0].overlap == "wfbp" and not p[0].shard}
         # The read beside compute, when a strategy prefetches it.
         probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
         rounds = _Rounds(messages={k: [] for k in message_sets}, slowdowns={k: [] for k in contend},
@@ -704,7 +756,7 @@ class Iteration:
         samples = [s for s, _ in composed]
         costs = [m.median for m in msg]
         priced = partial(price_as_executed, self.net, model_phases, strategy, result.world_size, costs)
-        rounds_pairs = rounds.slowdowns.get(_message_key(plan)) if strategy.overlap == "wfbp" else None
+        rounds_pairs = rounds.slowdowns.get(_message_key(plan)) if strategy.overlap == "wfbp" and not strategy.shard else None
         pair = self._contention_pair(result, strategy, rounds_pairs, priced, clock)
         pred = priced(pair)
         model_se = isolated_whole.median_se

@@ -238,7 +238,7 @@ def _print_model_notes(console: Console, r: IterationResult, it: Iteration) -> N
                       + "The contention rounds price what happens (docs/model.md). Fewer --threads per rank, so that "
                         "the ranks leave a core free, give the messages one.", markup=False)
     if it.skipped:
-        console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
+        console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter-server and sharded strategies run on the CPU executor only)",
                       markup=False)
     if r.world_size == 1:
         console.print("one worker: every message is a 1-rank all-reduce, so comm is ~0 and strategies differ "
