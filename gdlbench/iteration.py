@@ -148,13 +148,17 @@ PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "fo
 def phase_times(trace: dict[str, Any]) -> dict[str, float]:
     """Each phase's duration (us) in one traced iteration: io (the read, wherever it ran), io_wait
     (what the iteration waited for its batch), h2d, forward, backward (zeroing the activation
-    gradients included), comm (the messages' time), comm_exposed (after backward), update."""
+    gradients included), comm (the messages' time), comm_exposed (after backward), update,
+    comm_wait (compute idle for messages: the waits stamped per message, and ZeRO-1/2's
+    all-gathers after the update; the model's Prediction.comm_wait_us)."""
     t = trace
     passes = {name: t[end] - t[start] for name, start, end in PASSES}
+    waits = t.get("message_wait_us") or []
     times = {"io": t["io_end_us"] - t["io_start_us"], "io_wait": t["io_wait_end_us"], "h2d": passes["h2d"],
              "forward": passes["forward"], "backward": passes["backward"],
              "comm": sum(e - s for s, e in zip(t["message_start_us"], t["message_end_us"], strict=True)),
-             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": passes["update"]}
+             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": passes["update"],
+             "comm_wait": sum(waits) + iteration_end(t) - t["update_end_us"]}
     return {k: max(0.0, v) for k, v in times.items()}
 
 
@@ -343,7 +347,10 @@ class IterationResult:
                          "spread_pct": spread_pct(c), "images_per_s": self.batch / (c.median * 1e-6),
                          "images_per_s_total": self.world_size * self.batch / (c.median * 1e-6),
                          "messages": len(run.plan.messages),
-                         "inside_us": {k: m.median for k, m in run.inside.items()}})
+                         "inside_us": {k: m.median for k, m in run.inside.items()},
+                         # compute idle for messages: the composed run's (median) against the model's
+                         "comm_wait_us": run.inside["comm_wait"].median,
+                         "predicted_comm_wait_us": run.prediction.comm_wait_us})
         return rows
 
     def strategy_rows(self) -> list[dict[str, Any]]:

@@ -678,9 +678,9 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
     {"layers": [names], "indices": [layer indices], "bytes": int}; the executor sends exactly
     these, and predict_iteration(message_costs_us=...) takes their measured times in this order."""
     net = load_network(net)
-    if strategy.shard:  # the composed executor sends all-reduce messages only (issue 35)
-        raise UsageError(f"strategy {strategy.name}: the executor does not run sharded strategies yet; "
-                         "`gdlbench predict` models them")
+    if strategy.shard:  # reduce-scatters and all-gathers, not all-reduces: plan_sharded lists them
+        raise UsageError(f"strategy {strategy.name}: a sharded strategy sends reduce-scatters and all-gathers "
+                         "(plan_sharded), not all-reduce messages")
     grads = net.gradient_messages(dtype_bytes)
     return [{"layers": [grads[j].layer for j in b], "indices": [grads[j].index for j in b],
              "bytes": sum(grads[j].bytes for j in b)}

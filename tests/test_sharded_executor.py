@@ -175,6 +175,9 @@ def test_cli_measures_and_predicts_the_sharded_strategies(tmp_path):
         assert r["time_us"] > 0 and r["predicted_us"] > 0
         assert r["error_pct"] == pytest.approx(100 * (r["predicted_us"] - r["time_us"]) / r["time_us"])
         assert r["messages"] == len(plan_sharded(CONVNET, SHARDED[name]))
+        # compute idle for messages (the all-gathers' waits, ZeRO-1/2's gathers after the update),
+        # measured and the model's, for the components
+        assert r["comm_wait_us"] >= 0 and r["predicted_comm_wait_us"] >= 0
     # the sharded strategies are priced with no contention round of their own
     assert set(doc["summary"]["contention"].get("by_strategy", {})) <= {"wfbp"}
     # the table: measured and the model's prediction per strategy, as for the all-reduce strategies

@@ -55,8 +55,9 @@ struct IterationTrace {
   std::vector<double> message_ready, message_start, message_end;  // per message, in plan order
   // The iteration's end: update_end, or for ZeRO-1/2 the end of the all-gathers after the update.
   double end = 0;
-  // Per message, how long compute waited for it (the sharded strategies' all-gathers before a
-  // unit's forward or backward, and the reduce-scatters before the update; 0 where none).
+  // Per message, how long compute waited for it: the sharded strategies' all-gathers before a
+  // unit's forward or backward and the last reduce-scatter before the update; the all-reduce
+  // strategies' last message (the update waits for all of them). 0 where none; empty: not stamped.
   std::vector<double> message_wait;
 };
 

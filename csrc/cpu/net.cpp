@@ -240,6 +240,8 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
       for (std::size_t i = 0; i < msgs.size(); ++i) post(static_cast<int>(i));
     comm_thread.wait_all();
     trace.comm_end = us_since(t0);
+    trace.message_wait.assign(msgs.size(), 0.0);  // what compute waited for: the last message's
+    if (!msgs.empty()) trace.message_wait.back() = trace.comm_end - trace.backward_end;
     update(sgd);
     trace.update_end = trace.end = us_since(t0);
     if (it >= plan.warmup) samples.push_back(trace.update_end);
@@ -250,7 +252,6 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
   if (last_trace) {
     trace.message_start = comm_thread.starts();
     trace.message_end = comm_thread.ends();
-    trace.message_wait.assign(msgs.size(), 0.0);
     loader.stamp(trace, t0);
     *last_trace = trace;
   }
