@@ -63,6 +63,9 @@ inline py::dict trace_dict(const IterationTrace& t) {
   d["message_end_us"] = t.message_end;
   d["end_us"] = t.end > 0 ? t.end : t.update_end;  // the CUDA executor stamps no end of its own
   d["message_wait_us"] = t.message_wait.empty() ? std::vector<double>(t.message_end.size(), 0.0) : t.message_wait;
+  const std::vector<double> none(t.layer_forward_end.size(), 0.0);
+  d["layer_forward_wait_us"] = t.layer_forward_wait.empty() ? none : t.layer_forward_wait;
+  d["layer_backward_wait_us"] = t.layer_backward_wait.empty() ? none : t.layer_backward_wait;
   return d;
 }
 

@@ -148,11 +148,14 @@ PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "fo
 def phase_times(trace: dict[str, Any]) -> dict[str, float]:
     """Each phase's duration (us) in one traced iteration: io (the read, wherever it ran), io_wait
     (what the iteration waited for its batch), h2d, forward, backward (zeroing the activation
-    gradients included), comm (the messages' time), comm_exposed (after backward), update,
-    comm_wait (compute idle for messages: the waits stamped per message, and ZeRO-1/2's
-    all-gathers after the update; the model's Prediction.comm_wait_us)."""
+    gradients included; a sharded strategy's waits for its all-gathers not), comm (the messages'
+    time), comm_exposed (after backward), update, comm_wait (compute idle for messages: the waits
+    stamped per message, and ZeRO-1/2's all-gathers after the update; the model's
+    Prediction.comm_wait_us)."""
     t = trace
     passes = {name: t[end] - t[start] for name, start, end in PASSES}
+    passes["forward"] -= sum(t.get("layer_forward_wait_us") or [])
+    passes["backward"] -= sum(t.get("layer_backward_wait_us") or [])
     waits = t.get("message_wait_us") or []
     times = {"io": t["io_end_us"] - t["io_start_us"], "io_wait": t["io_wait_end_us"], "h2d": passes["h2d"],
              "forward": passes["forward"], "backward": passes["backward"],
@@ -168,11 +171,14 @@ def iteration_end(trace: dict[str, Any]) -> float:
 
 
 def layer_times(trace: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """Per layer (in layer order): forward and backward durations (us) in one traced iteration."""
+    """Per layer (in layer order): forward and backward durations (us) in one traced iteration
+    (without a sharded strategy's waits for the all-gathers they need)."""
     fwd_end, bwd_end = trace["layer_forward_end_us"], trace["layer_backward_end_us"]
     n = len(fwd_end)
-    fwd = [fwd_end[i] - (fwd_end[i - 1] if i else trace["h2d_end_us"]) for i in range(n)]
-    bwd = [bwd_end[i] - (bwd_end[i + 1] if i + 1 < n else trace["zero_end_us"]) for i in range(n)]
+    fwait = trace.get("layer_forward_wait_us") or [0.0] * n
+    bwait = trace.get("layer_backward_wait_us") or [0.0] * n
+    fwd = [fwd_end[i] - (fwd_end[i - 1] if i else trace["h2d_end_us"]) - fwait[i] for i in range(n)]
+    bwd = [bwd_end[i] - (bwd_end[i + 1] if i + 1 < n else trace["zero_end_us"]) - bwait[i] for i in range(n)]
     return fwd, bwd
 
 

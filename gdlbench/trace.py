@@ -56,14 +56,21 @@ def iteration_spans(trace: dict[str, Any], layer_names: list[str],
     elif t["io_end_us"] > t["io_start_us"]:
         add("io", COMPUTE, "read the batch", t["io_start_us"], t["io_end_us"])
     add("h2d", COMPUTE, "copy the batch (h2d)", t["io_wait_end_us"], t["h2d_end_us"])
+    n = len(layer_names)
+    fwait = t.get("layer_forward_wait_us") or [0.0] * n
+    bwait = t.get("layer_backward_wait_us") or [0.0] * n
     prev = t["h2d_end_us"]
-    for name, end in zip(layer_names, t["layer_forward_end_us"], strict=True):
-        add("forward", COMPUTE, name, prev, end)
+    for name, end, wait in zip(layer_names, t["layer_forward_end_us"], fwait, strict=True):
+        if wait > 0:  # a sharded strategy's layer waiting for the all-gather of its unit
+            add("wait", COMPUTE, f"wait for the all-gather ({name})", prev, prev + wait)
+        add("forward", COMPUTE, name, prev + wait, end)
         prev = end
     add("backward", COMPUTE, "zero the activation gradients", t["forward_end_us"], t["zero_end_us"])
     prev = t["zero_end_us"]
-    for name, end in reversed(list(zip(layer_names, t["layer_backward_end_us"], strict=True))):
-        add("backward", COMPUTE, name, prev, end)
+    for name, end, wait in reversed(list(zip(layer_names, t["layer_backward_end_us"], bwait, strict=True))):
+        if wait > 0:
+            add("wait", COMPUTE, f"wait for the all-gather ({name})", prev, prev + wait)
+        add("backward", COMPUTE, name, prev + wait, end)
         prev = end
     for i, (ready, s, e) in enumerate(zip(t["message_ready_us"], t["message_start_us"], t["message_end_us"],
                                           strict=True)):

@@ -193,3 +193,31 @@ def test_cli_one_rank_zero3(tmp_path):
     assert p.returncode == 0, p.stderr
     row = next(line for line in p.stdout.splitlines() if re.match(r"\W*zero3\b", line))
     assert len(re.findall(r"\d+\.\d+", row)) >= 3, row  # measured, model (ms), error
+
+
+def test_the_trace_holds_the_waits_for_the_all_gathers():
+    from gdlbench.iteration import Iteration, layer_times, phase_times
+    from gdlbench.trace import chrome_trace, iteration_spans
+
+    r = Iteration(CONVNET, batch=2, device="cpu", strategy="zero3,zero1", iters=1, warmup=0, io=False,
+                  threads=1).measure()
+    names = [la["name"] for la in r.layers]
+    for run in r.runs:
+        t = run.trace
+        fwait, bwait = t["layer_forward_wait_us"], t["layer_backward_wait_us"]
+        assert len(fwait) == len(bwait) == len(names) and min(fwait + bwait) >= 0
+        assert len(t["message_wait_us"]) == len(run.plan.messages)
+        # forward and backward without the waits; the waits are compute idle for messages
+        times = phase_times(t)
+        assert times["forward"] == pytest.approx(t["forward_end_us"] - t["h2d_end_us"] - sum(fwait))
+        assert times["comm_wait"] == pytest.approx(sum(t["message_wait_us"]) + t["end_us"] - t["update_end_us"])
+        fwd, bwd = layer_times(t)
+        assert sum(fwd) == pytest.approx(times["forward"]) and min(fwd + bwd) >= 0
+        if run.strategy.name == "zero3":  # only its layers wait for all-gathers; each wait is a span
+            spans = iteration_spans(t, names, run.plan.layers, run.plan.labels)
+            waits = [s for s in spans if s["name"].startswith("wait for the all-gather")]
+            assert len(waits) == sum(1 for w in fwait + bwait if w > 0)
+            assert any(s["name"].startswith("allgather") for s in spans if s["lane"] == "comm")
+        else:
+            assert not any(fwait + bwait) and t["end_us"] >= t["update_end_us"]
+    assert chrome_trace(r)["traceEvents"]

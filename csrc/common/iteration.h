@@ -59,6 +59,9 @@ struct IterationTrace {
   // unit's forward or backward and the last reduce-scatter before the update; the all-reduce
   // strategies' last message (the update waits for all of them). 0 where none; empty: not stamped.
   std::vector<double> message_wait;
+  // Per layer, how long its forward and its backward waited for an all-gather before they started
+  // (inside the span from the previous layer's end to its own; empty: not stamped).
+  std::vector<double> layer_forward_wait, layer_backward_wait;
 };
 
 // Checks a message plan against the executor: every message inside the gradient buffer, its

@@ -295,7 +295,6 @@ std::vector<double> Net::time_sharded(const TimingPlan& plan, const std::vector<
   trace.layer_forward_end.assign(nl, 0.0);
   trace.layer_backward_end.assign(nl, 0.0);
   trace.message_ready.assign(msgs.size(), 0.0);
-  trace.message_wait.assign(msgs.size(), 0.0);
   BatchLoader loader(io, prefetch);
   clock_type::time_point t0;
   std::size_t next = 0;
@@ -309,14 +308,19 @@ std::vector<double> Net::time_sharded(const TimingPlan& plan, const std::vector<
     if (need[task] < 0) return;
     const double from = us_since(t0);
     comm_thread.wait_for(need[task]);
-    trace.message_wait[need[task]] += us_since(t0) - from;
+    const double waited = us_since(t0) - from;
+    trace.message_wait[need[task]] += waited;
+    if (task < nl) trace.layer_forward_wait[task] = waited;
+    else if (task < 2 * nl) trace.layer_backward_wait[2 * nl - 1 - task] = waited;
   };
   for (int it = 0; it < plan.warmup + plan.iters; ++it) {
     comm::Watchdog::kick();
     MPI_Barrier(comm);  // untimed: every rank starts the iteration together
     t0 = clock_type::now();
     comm_thread.begin_iteration(t0);
-    std::fill(trace.message_wait.begin(), trace.message_wait.end(), 0.0);
+    trace.message_wait.assign(msgs.size(), 0.0);
+    trace.layer_forward_wait.assign(nl, 0.0);
+    trace.layer_backward_wait.assign(nl, 0.0);
     next = 0;
     loader.next();
     trace.io_wait_end = us_since(t0);
