@@ -165,7 +165,7 @@ def test_sharded_update_gives_the_replicated_parameters(nranks):
 def test_cli_measures_and_predicts_the_sharded_strategies(tmp_path):
     out = tmp_path / "sharded.json"
     p = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--no-io", "--strategy", "wfbp,sharded",
-                "--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(out), nranks=2)
+                "--iters", "2", "--warmup", "0", "--threads", "1", "--json", str(out), "--full", nranks=2)
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     its = {r["strategy"]: r for r in doc["rows"] if r["phase"] == "iteration"}
@@ -178,10 +178,11 @@ def test_cli_measures_and_predicts_the_sharded_strategies(tmp_path):
         # compute idle for messages (the all-gathers' waits, ZeRO-1/2's gathers after the update),
         # measured and the model's, for the components
         assert r["comm_wait_us"] >= 0 and r["predicted_comm_wait_us"] >= 0
-    # the sharded strategies are priced with no contention round of their own
+    # the sharded strategies are priced with no contention round of their own, and --full says so
     assert set(doc["summary"]["contention"].get("by_strategy", {})) <= {"wfbp"}
+    assert "contention of zero1, zero2, zero3, fsdp: no round of their own" in " ".join(p.stdout.split())
     # the table: measured and the model's prediction per strategy, as for the all-reduce strategies
-    assert "measured (ms)" in p.stdout and "model (ms)" in p.stdout
+    assert "measured (ms)" in p.stdout and "predicted (ms)" in p.stdout
     for name in SHARDED:
         row = next(line for line in p.stdout.splitlines() if re.match(rf"\W*{name}\b", line))
         assert len(re.findall(r"\d+\.\d+", row)) >= 3, row  # measured, model (ms), error

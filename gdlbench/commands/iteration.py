@@ -213,6 +213,12 @@ def _print_contention(console: Console, r: IterationResult) -> None:
         console.print(f"contention, measured with the messages of {', '.join(names)} posted as backward produces "
                       f"them: backward {cs[i]:.3f}x slower beside them, the messages {messages} (the pair of the "
                       f"round whose prediction is the median of {len(cs)} rounds)", markup=False, highlight=False)
+    sharded = [run.strategy.name for run in r.runs if run.strategy.shard]
+    if sharded and r.world_size > 1:
+        slow = 2.0 - r.overlap_efficiency
+        console.print(f"contention of {', '.join(sharded)}: no round of their own yet; while their messages and "
+                      f"compute overlap, both are priced {slow:g}x slower (2 - overlap efficiency)",
+                      markup=False, highlight=False)
     if "read_beside_us" in r.contention:
         rb = r.contention["read_beside_us"]
         console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
