@@ -62,7 +62,13 @@ inline py::dict trace_dict(const IterationTrace& t) {
   d["message_start_us"] = t.message_start;
   d["message_end_us"] = t.message_end;
   d["end_us"] = t.end > 0 ? t.end : t.update_end;  // the CUDA executor stamps no end of its own
-  d["message_wait_us"] = t.message_wait.empty() ? std::vector<double>(t.message_end.size(), 0.0) : t.message_wait;
+  // Not stamped (the CUDA executor): the update waited for the last message from backward's end.
+  std::vector<double> wait = t.message_wait;
+  if (wait.empty()) {
+    wait.assign(t.message_end.size(), 0.0);
+    if (!wait.empty()) wait.back() = std::max(0.0, t.comm_end - t.backward_end);
+  }
+  d["message_wait_us"] = wait;
   const std::vector<double> none(t.layer_forward_end.size(), 0.0);
   d["layer_forward_wait_us"] = t.layer_forward_wait.empty() ? none : t.layer_forward_wait;
   d["layer_backward_wait_us"] = t.layer_backward_wait.empty() ? none : t.layer_backward_wait;

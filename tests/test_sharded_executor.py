@@ -200,7 +200,7 @@ def test_the_trace_holds_the_waits_for_the_all_gathers():
     from gdlbench.iteration import Iteration, layer_times, phase_times
     from gdlbench.trace import chrome_trace, iteration_spans
 
-    r = Iteration(CONVNET, batch=2, device="cpu", strategy="zero3,zero1", iters=1, warmup=0, io=False,
+    r = Iteration(CONVNET, batch=2, device="cpu", strategy="zero3,zero1,serial", iters=1, warmup=0, io=False,
                   threads=1).measure()
     names = [la["name"] for la in r.layers]
     for run in r.runs:
@@ -219,6 +219,9 @@ def test_the_trace_holds_the_waits_for_the_all_gathers():
             waits = [s for s in spans if s["name"].startswith("wait for the all-gather")]
             assert len(waits) == sum(1 for w in fwait + bwait if w > 0)
             assert any(s["name"].startswith("allgather") for s in spans if s["lane"] == "comm")
-        else:
+        elif run.strategy.name == "zero1":
             assert not any(fwait + bwait) and t["end_us"] >= t["update_end_us"]
+        else:  # an all-reduce strategy: compute waits for its messages after backward, nowhere else
+            assert not any(fwait + bwait) and t["end_us"] == t["update_end_us"]
+            assert times["comm_wait"] == pytest.approx(times["comm_exposed"])
     assert chrome_trace(r)["traceEvents"]
