@@ -242,6 +242,48 @@ def contention(trace: dict[str, Any], backward_alone_us: float, message_alone_us
     return max(1.0, beside / backward_done), min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / comm_done if comm_done > 0 else NO_PROGRESS_SLOWDOWN))
 
 
+def compute_spans(trace: dict[str, Any]) -> list[tuple[float, float]]:
+    """The compute lane's busy spans from forward's start to backward's end in one traced
+    iteration: every layer without its wait for an all-gather, and the zeroing between the passes."""
+    fwd_end, bwd_end = trace["layer_forward_end_us"], trace["layer_backward_end_us"]
+    n = len(fwd_end)
+    fwait = trace.get("layer_forward_wait_us") or [0.0] * n
+    bwait = trace.get("layer_backward_wait_us") or [0.0] * n
+    spans, prev = [], trace["h2d_end_us"]
+    for end, wait in zip(fwd_end, fwait, strict=True):
+        spans.append((prev + wait, end))
+        prev = end
+    spans.append((trace["forward_end_us"], trace["zero_end_us"]))
+    prev = trace["zero_end_us"]
+    for i in reversed(range(n)):
+        spans.append((prev + bwait[i], bwd_end[i]))
+        prev = bwd_end[i]
+    return [(s, e) for s, e in spans if e > s]
+
+
+def sharded_contention(trace: dict[str, Any], compute_alone_us: float,
+                       message_alone_us: list[float]) -> tuple[float, float] | None:
+    """contention() for a sharded strategy, whose messages run beside forward and backward: from
+    a traced iteration of its plan, (compute's slowdown, the messages' slowdown) while both ran.
+    Compute's time with no message in flight did that much of its work (forward and backward
+    alone: compute_alone_us), the rest it did beside messages; each message's time beside no
+    compute did that much of its work, the rest beside compute. (1, 1) when they hardly
+    overlapped; None when compute outside the messages took longer than all of it alone."""
+    busy = compute_spans(trace)
+    beside_each = [sum(max(0.0, min(e, be) - max(s, bs)) for bs, be in busy)
+                   for s, e in zip(trace["message_start_us"], trace["message_end_us"], strict=True)]
+    beside = sum(beside_each)
+    if compute_alone_us <= 0 or beside < 0.05 * compute_alone_us:
+        return 1.0, 1.0
+    compute_done = compute_alone_us - (sum(e - s for s, e in busy) - beside)
+    if compute_done <= 0:
+        return None
+    comm_done = sum(max(0.0, c - (e - s - b)) for c, s, e, b in zip(
+        message_alone_us, trace["message_start_us"], trace["message_end_us"], beside_each, strict=True))
+    return (max(1.0, beside / compute_done),
+            min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / comm_done if comm_done > 0 else NO_PROGRESS_SLOWDOWN)))
+
+
 @dataclass
 class StrategyRun:
     strategy: Strategy
@@ -471,9 +513,9 @@ def price_as_executed(net: Network, phases: Phases, strategy: Strategy, world: i
                       pair: tuple[float, float] | None) -> Prediction:
     """The model's prediction of `strategy` as the executor runs it (each parameter-server
     message one push+pull call) from the measured messages' costs, backward and its messages
-    at the slowdowns `pair` (None: the phases' own; a sharded strategy's, measured with no round of
-    its own, 2 - overlap_efficiency for both, never another plan's)."""
-    if strategy.shard:  # no contention round of its own (yet): the pair overlap_efficiency implies
+    at the slowdowns `pair` (None: the phases' own; a sharded strategy's, 2 - overlap_efficiency
+    for both, never another plan's)."""
+    if strategy.shard:  # without a contention round of its own: the pair overlap_efficiency implies
         default = 2.0 - phases.overlap_efficiency
         pair = pair or (default, default)
     if pair is not None:
@@ -691,15 +733,22 @@ class Iteration:
                 rounds.messages[key][i] += sample
 
     def _contention(self, net: Any, contend: dict[_MessageKey, MessagePlan], rounds: _Rounds) -> None:
-        """Backward beside each message list, posted as backward produces its gradients: the
-        slowdowns of both against this round's samples alone, per rank."""
+        """Backward beside each message list, posted as backward produces its gradients (a sharded
+        plan: forward and backward beside its messages, posted as its iteration posts them, after
+        --warmup such iterations): the slowdowns of both against this round's samples alone, per rank."""
         for key, mplan in contend.items():
             _, algo, servers = key
-            _, t = net.time_contention(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
-                                       warmup=self.warmup, timeout_s=self.timeout)
             alone = [rounds.messages[key][i][-1] for i in range(len(mplan.messages))]
-            mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])["backward"]
-            got = self.comm.allgather(contention(t, mine, alone))
+            mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])
+            if mplan.kinds:
+                _, t = net.time_iteration(messages=mplan.messages, overlap=False, algo=algo, servers=servers,
+                                          comm=self.comm, io=None, prefetch=False, warmup=self.warmup, iters=1,
+                                          timeout_s=self.timeout)
+                got = self.comm.allgather(sharded_contention(t, mine["forward"] + mine["backward"], alone))
+            else:
+                _, t = net.time_contention(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
+                                           warmup=self.warmup, timeout_s=self.timeout)
+                got = self.comm.allgather(contention(t, mine["backward"], alone))
             if all(g is not None for g in got):
                 rounds.slowdowns[key].append(got)
 
@@ -722,7 +771,7 @@ class Iteration:
         # Contention, on several ranks: backward beside the messages of each plan that overlaps them
         # with it, posted as that plan's strategies post them (each distinct plan once per round).
         contend = {} if self.comm.Get_size() == 1 else {_message_key(p): p[1] for p in plans
-                                                        if p[0].overlap == "wfbp" and not p[0].shard}
+                                                        if p[0].overlap == "wfbp"}
         # The read beside compute, when a strategy prefetches it.
         probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
         rounds = _Rounds(messages={k: [] for k in message_sets}, slowdowns={k: [] for k in contend},
@@ -769,7 +818,7 @@ class Iteration:
         samples = [s for s, _ in composed]
         costs = [m.median for m in msg]
         priced = partial(price_as_executed, self.net, model_phases, strategy, result.world_size, costs)
-        rounds_pairs = rounds.slowdowns.get(_message_key(plan)) if strategy.overlap == "wfbp" and not strategy.shard else None
+        rounds_pairs = rounds.slowdowns.get(_message_key(plan)) if strategy.overlap == "wfbp" else None
         pair = self._contention_pair(result, strategy, rounds_pairs, priced, clock)
         pred = priced(pair)
         model_se = isolated_whole.median_se

@@ -207,16 +207,19 @@ def _print_contention(console: Console, r: IterationResult) -> None:
     shared: dict[tuple[Sequence[float], Sequence[float], int], list[str]] = {}
     for name, (cm, mm) in r.slowdowns.items():
         shared.setdefault((cm.samples_us, mm.samples_us, r.slowdown_round[name]), []).append(name)
+    sharded = {run.strategy.name for run in r.runs if run.strategy.shard}
     for (cs, ms, i), names in shared.items():
-        messages = ("made next to no progress beside backward" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
-                    else f"{ms[i]:.3f}x slower beside backward")
-        console.print(f"contention, measured with the messages of {', '.join(names)} posted as backward produces "
-                      f"them: backward {cs[i]:.3f}x slower beside them, the messages {messages} (the pair of the "
+        lane, posted = ("compute", "their iteration posts") if sharded >= set(names) else ("backward", "backward produces")
+        messages = (f"made next to no progress beside {lane}" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
+                    else f"{ms[i]:.3f}x slower beside {lane}")
+        console.print(f"contention, measured with the messages of {', '.join(names)} posted as {posted} them: "
+                      f"{lane} {cs[i]:.3f}x slower beside them, the messages {messages} (the pair of the "
                       f"round whose prediction is the median of {len(cs)} rounds)", markup=False, highlight=False)
-    sharded = [run.strategy.name for run in r.runs if run.strategy.shard]
-    if sharded and r.world_size > 1:
+    unread = [run.strategy.name for run in r.runs if run.strategy.shard and run.strategy.overlap == "wfbp"
+              and run.strategy.name not in r.slowdowns]
+    if unread and r.world_size > 1:
         slow = 2.0 - r.overlap_efficiency
-        console.print(f"contention of {', '.join(sharded)}: no round of their own yet; while their messages and "
+        console.print(f"contention of {', '.join(unread)}: no round could be read; while their messages and "
                       f"compute overlap, both are priced {slow:g}x slower (2 - overlap efficiency)",
                       markup=False, highlight=False)
     if "read_beside_us" in r.contention:
