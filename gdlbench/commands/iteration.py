@@ -209,7 +209,10 @@ def _print_contention(console: Console, r: IterationResult) -> None:
         shared.setdefault((cm.samples_us, mm.samples_us, r.slowdown_round[name]), []).append(name)
     sharded = {run.strategy.name for run in r.runs if run.strategy.shard}
     for (cs, ms, i), names in shared.items():
-        lane, posted = ("compute", "their iteration posts") if sharded >= set(names) else ("backward", "backward produces")
+        # (strategies whose rounds read the same pair are listed together, sharded or not)
+        lane, posted = (("backward", "backward produces") if not sharded & set(names) else
+                        ("compute", "their iteration posts") if sharded >= set(names) else
+                        ("compute", "each strategy posts"))
         messages = (f"made next to no progress beside {lane}" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
                     else f"{ms[i]:.3f}x slower beside {lane}")
         console.print(f"contention, measured with the messages of {', '.join(names)} posted as {posted} them: "
