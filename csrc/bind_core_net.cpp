@@ -1,5 +1,7 @@
 // gdlbench._core.Net: the CPU iteration executor (cpu/net.h); messages go through comm::allreduce
-// (the MPI library's or gdlbench's own algorithms) from the executor's communication thread.
+// (the MPI library's or gdlbench's own algorithms), or a sharded plan's through the library's
+// reduce-scatter and all-gather (comm::reduce_scatter_blocks, allgather_blocks), from the
+// executor's communication thread.
 #include "bind_core.h"
 #include "bind_net.h"
 #include "comm/allreduce.h"
@@ -19,6 +21,20 @@ cpu::AllreduceFn allreduce_for(const std::string& algo, int servers, MPI_Comm co
   return [a, opt, comm](float* data, int64_t count) {
     comm::allreduce(a, data, static_cast<std::size_t>(count), comm::DType::f32, comm::Op::sum, comm, opt);
   };
+}
+
+// Every collective a plan may use (cpu::CommOps): the all-reduce `algo`, the library's
+// reduce-scatter and all-gather of a sharded plan.
+cpu::CommOps ops_for(const std::string& algo, int servers, MPI_Comm comm) {
+  cpu::CommOps ops;
+  ops.allreduce = allreduce_for(algo, servers, comm);
+  ops.reduce_scatter = [comm](float* buf, int64_t count) {
+    comm::reduce_scatter_blocks(buf, static_cast<std::size_t>(count), comm::DType::f32, comm::Op::sum, comm);
+  };
+  ops.allgather = [comm](float* buf, int64_t count) {
+    comm::allgather_blocks(buf, static_cast<std::size_t>(count), comm::DType::f32, comm);
+  };
+  return ops;
 }
 
 // The messages' communicator: a duplicate of `parent` (the algorithms use fixed tags, and the main
@@ -53,12 +69,12 @@ void bind_net(py::module_& m) {
       m, "A network's CPU layers with every buffer, timed per phase and composed.",
       [](cpu::Net& n, const TimingPlan& plan, const std::vector<Message>& msgs, const std::string& algo, int servers,
          MPI_Comm c, double timeout_s) {
-        return n.time_messages(plan, msgs, allreduce_for(algo, servers, message_comm(c)), c, timeout_s);
+        return n.time_messages(plan, msgs, ops_for(algo, servers, message_comm(c)), c, timeout_s);
       },
       [](cpu::Net& n, const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap, const std::string& algo,
          int servers, MPI_Comm c, const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
          IterationTrace* trace, double timeout_s) {
-        return n.time_iteration(plan, msgs, overlap, allreduce_for(algo, servers, message_comm(c)), io, prefetch, sgd,
+        return n.time_iteration(plan, msgs, overlap, ops_for(algo, servers, message_comm(c)), io, prefetch, sgd,
                                 c, trace, timeout_s);
       },
       [](cpu::Net& n, const std::vector<Message>& msgs, const std::string& algo, int servers, MPI_Comm c,

@@ -21,11 +21,26 @@
 
 namespace gdl::bind {
 
-using MessageList = std::vector<std::tuple<int64_t, int64_t, int>>;  // (offset, count, ready_after)
+// Each message (offset, count, ready_after), or for a sharded plan (offset, count, ready_after,
+// kind, issued_after, needed_by) with kind 0 all-reduce, 1 reduce-scatter, 2 all-gather
+// (common/iteration.h, Message).
+using MessageList = std::vector<std::vector<int64_t>>;
 
 inline std::vector<Message> to_messages(const MessageList& v) {
   std::vector<Message> out;
-  for (const auto& [offset, count, ready_after] : v) out.push_back({offset, count, ready_after});
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto& t = v[i];
+    GDL_REQUIRE(t.size() == 3 || t.size() == 6, "message ", i, ": (offset, count, ready_after) or (offset, count, "
+                "ready_after, kind, issued_after, needed_by), got ", t.size(), " values");
+    Message m{t[0], t[1], static_cast<int>(t[2])};
+    if (t.size() == 6) {
+      GDL_REQUIRE(t[3] >= 0 && t[3] <= 2, "message ", i, ": kind ", t[3], " (0 all-reduce, 1 reduce-scatter, 2 all-gather)");
+      m.kind = static_cast<MessageKind>(t[3]);
+      m.issued_after = static_cast<int>(t[4]);
+      m.needed_by = static_cast<int>(t[5]);
+    }
+    out.push_back(m);
+  }
   return out;
 }
 
@@ -46,6 +61,17 @@ inline py::dict trace_dict(const IterationTrace& t) {
   d["message_ready_us"] = t.message_ready;
   d["message_start_us"] = t.message_start;
   d["message_end_us"] = t.message_end;
+  d["end_us"] = t.end > 0 ? t.end : t.update_end;  // the CUDA executor stamps no end of its own
+  // Not stamped (the CUDA executor): the update waited for the last message from backward's end.
+  std::vector<double> wait = t.message_wait;
+  if (wait.empty()) {
+    wait.assign(t.message_end.size(), 0.0);
+    if (!wait.empty()) wait.back() = std::max(0.0, t.comm_end - t.backward_end);
+  }
+  d["message_wait_us"] = wait;
+  const std::vector<double> none(t.layer_forward_end.size(), 0.0);
+  d["layer_forward_wait_us"] = t.layer_forward_wait.empty() ? none : t.layer_forward_wait;
+  d["layer_backward_wait_us"] = t.layer_backward_wait.empty() ? none : t.layer_backward_wait;
   return d;
 }
 

@@ -46,8 +46,9 @@ from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
-from .model import Phases, Prediction, Span, predict_iteration
+from .model import Phases, Prediction, Span, message_label, predict_iteration
 from .model import plan_messages as model_plan_messages
+from .model import plan_sharded as model_plan_sharded
 from .network import Network, load_network
 from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
@@ -66,23 +67,40 @@ def default_batch(net: str, device: str) -> int:
     return DEFAULT_BATCH[device].get(net, FALLBACK_BATCH[device])
 
 
+# A sharded plan's message kinds, as the executor numbers them (csrc/common/iteration.h, MessageKind).
+MESSAGE_KINDS = {"allreduce": 0, "reduce_scatter": 1, "allgather": 2}
+
+
 @dataclass
 class MessagePlan:
     """How a strategy sends the gradients: (offset, count, ready_after layer) per message in the
-    flat gradient buffer, in sending order, and the layers each message carries."""
+    flat gradient buffer, in sending order, and the layers each message carries. A sharded
+    strategy's messages are (offset, count, ready_after, kind, issued_after, needed_by)
+    (plan_sharded_messages), and `kinds` names each one's collective."""
 
-    messages: list[tuple[int, int, int]]
+    messages: list[tuple[int, ...]]
     layers: list[list[str]]
+    kinds: list[str] = field(default_factory=list)  # per message; empty: all all-reduces
 
     @property
     def bytes(self) -> list[int]:
-        return [4 * count for _, count, _ in self.messages]
+        return [4 * m[1] for m in self.messages]
+
+    @property
+    def labels(self) -> list[str]:
+        """Per message: its collective (sharded plans) and layers, for tables and traces."""
+        kinds = self.kinds or ["allreduce"] * len(self.messages)
+        return [message_label(names) if kind == "allreduce" else f"{kind} {message_label(names)}"
+                for kind, names in zip(kinds, self.layers, strict=True)]
 
 
 def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], int]) -> MessagePlan:
     """The strategy's messages (model.plan_messages: the model prices exactly what is sent) as
-    ranges of the executor's flat gradient buffer."""
-    messages, names = [], []
+    ranges of the executor's flat gradient buffer; a sharded strategy's: plan_sharded_messages."""
+    if strategy.shard:
+        return plan_sharded_messages(net, strategy, offset_of)
+    messages: list[tuple[int, ...]] = []
+    names = []
     for msg in model_plan_messages(net, strategy):
         low, high = min(msg["indices"]), max(msg["indices"])
         start = offset_of(low)
@@ -90,6 +108,29 @@ def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], i
         messages.append((start, end - start, low))  # ready once its lowest layer's backward is done
         names.append(msg["layers"])
     return MessagePlan(messages, names)
+
+
+def plan_sharded_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], int]) -> MessagePlan:
+    """A sharded strategy's messages (model.plan_sharded, in its order: the model prices exactly
+    what is sent) as (offset, count, ready_after, kind, issued_after, needed_by) over the
+    executor's flat buffers: each one's layers must hold one contiguous range (a unit whose layers
+    lie apart, as a transformer's root unit, is refused). issued_after and needed_by count compute
+    tasks as plan_sharded's ready and needed_by do; ready_after is the message's lowest layer."""
+    index = {layer.name: i for i, layer in enumerate(net.layers)}
+    messages: list[tuple[int, ...]] = []
+    names, kinds = [], []
+    for msg in model_plan_sharded(net, strategy):
+        held = sorted(index[name] for name in msg["layers"] if net.layers[index[name]].params)
+        start = offset_of(held[0])
+        end = offset_of(held[-1]) + net.layers[held[-1]].params
+        if end - start != sum(net.layers[i].params for i in held):
+            raise UsageError(f"strategy {strategy.name}: the executor sends a unit as one range of its flat "
+                             f"buffers, and the layers {held[0]}-{held[-1]} of a {msg['collective']} lie apart")
+        needed_by = -1 if msg["needed_by"] is None else int(msg["needed_by"])
+        messages.append((start, end - start, held[0], MESSAGE_KINDS[msg["collective"]], int(msg["ready"]), needed_by))
+        names.append(list(msg["layers"]))
+        kinds.append(str(msg["collective"]))
+    return MessagePlan(messages, names, kinds)
 
 
 def executed_algo(strategy: Strategy, workers: int) -> tuple[str, int]:
@@ -107,22 +148,37 @@ PASSES = (("h2d", "io_wait_end_us", "h2d_end_us"), ("forward", "h2d_end_us", "fo
 def phase_times(trace: dict[str, Any]) -> dict[str, float]:
     """Each phase's duration (us) in one traced iteration: io (the read, wherever it ran), io_wait
     (what the iteration waited for its batch), h2d, forward, backward (zeroing the activation
-    gradients included), comm (the messages' time), comm_exposed (after backward), update."""
+    gradients included; a sharded strategy's waits for its all-gathers not), comm (the messages'
+    time), comm_exposed (after backward), update, comm_wait (compute idle for messages: the waits
+    stamped per message, and ZeRO-1/2's all-gathers after the update; the model's
+    Prediction.comm_wait_us)."""
     t = trace
     passes = {name: t[end] - t[start] for name, start, end in PASSES}
+    passes["forward"] -= sum(t.get("layer_forward_wait_us") or [])
+    passes["backward"] -= sum(t.get("layer_backward_wait_us") or [])
+    waits = t.get("message_wait_us") or []
     times = {"io": t["io_end_us"] - t["io_start_us"], "io_wait": t["io_wait_end_us"], "h2d": passes["h2d"],
              "forward": passes["forward"], "backward": passes["backward"],
              "comm": sum(e - s for s, e in zip(t["message_start_us"], t["message_end_us"], strict=True)),
-             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": passes["update"]}
+             "comm_exposed": t["comm_end_us"] - t["backward_end_us"], "update": passes["update"],
+             "comm_wait": sum(waits) + iteration_end(t) - t["update_end_us"]}
     return {k: max(0.0, v) for k, v in times.items()}
 
 
+def iteration_end(trace: dict[str, Any]) -> float:
+    """When a traced iteration ended: its update, or (ZeRO-1/2) the all-gathers after it."""
+    return float(max(trace["update_end_us"], trace.get("end_us", 0.0)))
+
+
 def layer_times(trace: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """Per layer (in layer order): forward and backward durations (us) in one traced iteration."""
+    """Per layer (in layer order): forward and backward durations (us) in one traced iteration
+    (without a sharded strategy's waits for the all-gathers they need)."""
     fwd_end, bwd_end = trace["layer_forward_end_us"], trace["layer_backward_end_us"]
     n = len(fwd_end)
-    fwd = [fwd_end[i] - (fwd_end[i - 1] if i else trace["h2d_end_us"]) for i in range(n)]
-    bwd = [bwd_end[i] - (bwd_end[i + 1] if i + 1 < n else trace["zero_end_us"]) for i in range(n)]
+    fwait = trace.get("layer_forward_wait_us") or [0.0] * n
+    bwait = trace.get("layer_backward_wait_us") or [0.0] * n
+    fwd = [fwd_end[i] - (fwd_end[i - 1] if i else trace["h2d_end_us"]) - fwait[i] for i in range(n)]
+    bwd = [bwd_end[i] - (bwd_end[i + 1] if i + 1 < n else trace["zero_end_us"]) - bwait[i] for i in range(n)]
     return fwd, bwd
 
 
@@ -186,6 +242,48 @@ def contention(trace: dict[str, Any], backward_alone_us: float, message_alone_us
     return max(1.0, beside / backward_done), min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / comm_done if comm_done > 0 else NO_PROGRESS_SLOWDOWN))
 
 
+def compute_spans(trace: dict[str, Any]) -> list[tuple[float, float]]:
+    """The compute lane's busy spans from forward's start to backward's end in one traced
+    iteration: every layer without its wait for an all-gather, and the zeroing between the passes."""
+    fwd_end, bwd_end = trace["layer_forward_end_us"], trace["layer_backward_end_us"]
+    n = len(fwd_end)
+    fwait = trace.get("layer_forward_wait_us") or [0.0] * n
+    bwait = trace.get("layer_backward_wait_us") or [0.0] * n
+    spans, prev = [], trace["h2d_end_us"]
+    for end, wait in zip(fwd_end, fwait, strict=True):
+        spans.append((prev + wait, end))
+        prev = end
+    spans.append((trace["forward_end_us"], trace["zero_end_us"]))
+    prev = trace["zero_end_us"]
+    for i in reversed(range(n)):
+        spans.append((prev + bwait[i], bwd_end[i]))
+        prev = bwd_end[i]
+    return [(s, e) for s, e in spans if e > s]
+
+
+def sharded_contention(trace: dict[str, Any], compute_alone_us: float,
+                       message_alone_us: list[float]) -> tuple[float, float] | None:
+    """contention() for a sharded strategy, whose messages run beside forward and backward: from
+    a traced iteration of its plan, (compute's slowdown, the messages' slowdown) while both ran.
+    Compute's time with no message in flight did that much of its work (forward and backward
+    alone: compute_alone_us), the rest it did beside messages; each message's time beside no
+    compute did that much of its work, the rest beside compute. (1, 1) when they hardly
+    overlapped; None when compute outside the messages took longer than all of it alone."""
+    busy = compute_spans(trace)
+    beside_each = [sum(max(0.0, min(e, be) - max(s, bs)) for bs, be in busy)
+                   for s, e in zip(trace["message_start_us"], trace["message_end_us"], strict=True)]
+    beside = sum(beside_each)
+    if compute_alone_us <= 0 or beside < 0.05 * compute_alone_us:
+        return 1.0, 1.0
+    compute_done = compute_alone_us - (sum(e - s for s, e in busy) - beside)
+    if compute_done <= 0:
+        return None
+    comm_done = sum(max(0.0, c - (e - s - b)) for c, s, e, b in zip(
+        message_alone_us, trace["message_start_us"], trace["message_end_us"], beside_each, strict=True))
+    return (max(1.0, beside / compute_done),
+            min(NO_PROGRESS_SLOWDOWN, max(1.0, beside / comm_done if comm_done > 0 else NO_PROGRESS_SLOWDOWN)))
+
+
 @dataclass
 class StrategyRun:
     strategy: Strategy
@@ -224,9 +322,10 @@ class StrategyRun:
         t = self.trace
         spans: list[Span] = [{"lane": sp["lane"], "name": sp["name"], "start_us": sp["start_us"],
                               "end_us": sp["end_us"]}
-                             for sp in iteration_spans(t, layer_names, self.plan.layers) if sp["lane"] != "iteration"]
+                             for sp in iteration_spans(t, layer_names, self.plan.layers, self.plan.labels)
+                              if sp["lane"] != "iteration"]
         times = phase_times(t)
-        return SimpleNamespace(timeline=spans, t_iter_us=t["update_end_us"], comm_us=times["comm"],
+        return SimpleNamespace(timeline=spans, t_iter_us=iteration_end(t), comm_us=times["comm"],
                                comm_exposed_us=times["comm_exposed"])
 
     @property
@@ -296,7 +395,10 @@ class IterationResult:
                          "spread_pct": spread_pct(c), "images_per_s": self.batch / (c.median * 1e-6),
                          "images_per_s_total": self.world_size * self.batch / (c.median * 1e-6),
                          "messages": len(run.plan.messages),
-                         "inside_us": {k: m.median for k, m in run.inside.items()}})
+                         "inside_us": {k: m.median for k, m in run.inside.items()},
+                         # compute idle for messages: the composed run's (median) against the model's
+                         "comm_wait_us": run.inside["comm_wait"].median,
+                         "predicted_comm_wait_us": run.prediction.comm_wait_us})
         return rows
 
     def strategy_rows(self) -> list[dict[str, Any]]:
@@ -411,7 +513,11 @@ def price_as_executed(net: Network, phases: Phases, strategy: Strategy, world: i
                       pair: tuple[float, float] | None) -> Prediction:
     """The model's prediction of `strategy` as the executor runs it (each parameter-server
     message one push+pull call) from the measured messages' costs, backward and its messages
-    at the slowdowns `pair` (None: the phases' own)."""
+    at the slowdowns `pair` (None: the phases' own; a sharded strategy's, 2 - overlap_efficiency
+    for both, never another plan's)."""
+    if strategy.shard:  # without a contention round of its own: the pair overlap_efficiency implies
+        default = 2.0 - phases.overlap_efficiency
+        pair = pair or (default, default)
     if pair is not None:
         phases = replace(phases, strategy_slowdowns={strategy.name: pair})
     executed = replace(strategy, ps_pull="with_push")
@@ -508,10 +614,11 @@ class Iteration:
         self.strategies = get_strategies(strategy) if isinstance(strategy, str) else list(strategy)
         self.skipped: list[str] = []
         if self.device == "cuda":  # the CUDA executor sends every message with NCCL's all-reduce
-            self.skipped = [s.name for s in self.strategies if s.collective == "ps"]
-            self.strategies = [s for s in self.strategies if s.collective != "ps"]
+            self.skipped = [s.name for s in self.strategies if s.collective == "ps" or s.shard]
+            self.strategies = [s for s in self.strategies if s.collective != "ps" and not s.shard]
             if not self.strategies:
-                raise UsageError("iteration --device cuda: parameter-server strategies run on the CPU executor only")
+                raise UsageError("iteration --device cuda: parameter-server and sharded strategies run on the CPU "
+                                 "executor only")
         check_timing(iters, warmup, "iteration")
         self.iters, self.warmup = iters, warmup
         for what, v in (("target_se_pct", target_se_pct), ("budget_s", budget_s)):
@@ -626,15 +733,22 @@ class Iteration:
                 rounds.messages[key][i] += sample
 
     def _contention(self, net: Any, contend: dict[_MessageKey, MessagePlan], rounds: _Rounds) -> None:
-        """Backward beside each message list, posted as backward produces its gradients: the
-        slowdowns of both against this round's samples alone, per rank."""
+        """Backward beside each message list, posted as backward produces its gradients (a sharded
+        plan: forward and backward beside its messages, posted as its iteration posts them, after
+        --warmup such iterations): the slowdowns of both against this round's samples alone, per rank."""
         for key, mplan in contend.items():
             _, algo, servers = key
-            _, t = net.time_contention(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
-                                       warmup=self.warmup, timeout_s=self.timeout)
             alone = [rounds.messages[key][i][-1] for i in range(len(mplan.messages))]
-            mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])["backward"]
-            got = self.comm.allgather(contention(t, mine, alone))
+            mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])
+            if mplan.kinds:
+                _, t = net.time_iteration(messages=mplan.messages, overlap=False, algo=algo, servers=servers,
+                                          comm=self.comm, io=None, prefetch=False, warmup=self.warmup, iters=1,
+                                          timeout_s=self.timeout)
+                got = self.comm.allgather(sharded_contention(t, mine["forward"] + mine["backward"], alone))
+            else:
+                _, t = net.time_contention(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
+                                           warmup=self.warmup, timeout_s=self.timeout)
+                got = self.comm.allgather(contention(t, mine["backward"], alone))
             if all(g is not None for g in got):
                 rounds.slowdowns[key].append(got)
 

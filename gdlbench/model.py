@@ -681,9 +681,9 @@ def plan_messages(net: Network | str, strategy: Strategy, dtype_bytes: int = 4) 
     {"layers": [names], "indices": [layer indices], "bytes": int}; the executor sends exactly
     these, and predict_iteration(message_costs_us=...) takes their measured times in this order."""
     net = load_network(net)
-    if strategy.shard:  # the composed executor sends all-reduce messages only (issue 35)
-        raise UsageError(f"strategy {strategy.name}: the executor does not run sharded strategies yet; "
-                         "`gdlbench predict` models them")
+    if strategy.shard:  # reduce-scatters and all-gathers, not all-reduces: plan_sharded lists them
+        raise UsageError(f"strategy {strategy.name}: a sharded strategy sends reduce-scatters and all-gathers "
+                         "(plan_sharded), not all-reduce messages")
     grads = net.gradient_messages(dtype_bytes)
     return [{"layers": [grads[j].layer for j in b], "indices": [grads[j].index for j in b],
              "bytes": sum(grads[j].bytes for j in b)}
@@ -822,10 +822,10 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     (2 for fp16/bf16 gradients). compress: each message is encoded (its cost per dense byte) and
     sends 1/ratio of its bytes; the comm model prices the smaller message."""
     if strategy.shard:  # ZeRO / FSDP: reduce-scatters and all-gathers (predict_sharded)
-        if message_costs_us is not None or pull_costs_us is not None or compress is not None:
-            raise UsageError(f"strategy {strategy.name}: measured message times and compression apply to "
+        if pull_costs_us is not None or compress is not None:
+            raise UsageError(f"strategy {strategy.name}: pull times and compression apply to "
                              "the all-reduce strategies only")
-        return predict_sharded(net, phases, comm, strategy, workers, dtype_bytes)
+        return predict_sharded(net, phases, comm, strategy, workers, dtype_bytes, message_costs_us)
     net = load_network(net)
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
@@ -1089,21 +1089,28 @@ def _sharded_messages(plan: Sequence[dict[str, Any]], cs: Sequence[tuple[float, 
 
 
 def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
-                    workers: int, dtype_bytes: int = 4) -> Prediction:
+                    workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None) -> Prediction:
     """The iteration of a sharded strategy (ZeRO-1/2/3, FSDP): plan_sharded's messages priced by
     the cost model's reduce_scatter and allgather formulas (m: the whole buffer; costmodel.COSTS,
-    or the cluster's), scheduled with forward, backward and the update of 1/N of the parameters
+    or the cluster's), or message_costs_us (measured times, one per message in plan order; comm
+    may then be None), scheduled with forward, backward and the update of 1/N of the parameters
     on two lanes (schedule_lanes). I/O and h2d as predict_iteration."""
     net = load_network(net)
     if workers < 1:
         raise UsageError(f"workers must be >= 1, got {workers}")
-    if comm is None:
-        raise UsageError("predict_iteration: a comm model is needed for a sharded strategy")
+    if comm is None and message_costs_us is None:
+        raise UsageError("predict_iteration: a comm model is needed for a sharded strategy without measured message times")
     n, nl = workers, len(net.layers)
     fwd, bwd = phases.per_layer(net, "forward"), phases.per_layer(net, "backward")
     t_u = phases.update_us / n  # each rank updates its shard
     plan = plan_sharded(net, strategy, dtype_bytes)
-    costs = [comm.allreduce_us(m["collective"], m["bytes"], n) for m in plan]
+    if message_costs_us is not None:
+        if len(message_costs_us) != len(plan):
+            raise UsageError(f"message_costs_us: {len(message_costs_us)} times for {len(plan)} messages of {strategy.name}")
+        costs = [float(c) for c in message_costs_us]
+    else:
+        assert comm is not None
+        costs = [comm.allreduce_us(m["collective"], m["bytes"], n) for m in plan]
     compute = fwd + bwd[::-1] + [t_u]
     needs = _sharded_needs(plan, len(compute), nl)
     ready = [m["ready"] for m in plan]

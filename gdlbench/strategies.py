@@ -244,8 +244,8 @@ def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | No
 
 # ---------------------------------------------------------------------------------------------
 # Sharded data parallelism: ZeRO stages 1-3 and PyTorch FSDP (gdlbench.model.predict_sharded prices
-# them, gdlbench.memory sizes them). Not in 'all' (the executor does not run them yet): name them,
-# or 'sharded'.
+# them, gdlbench.memory sizes them, the CPU executor runs them: gdlbench.iteration). Not in 'all'
+# (the presets the study compares): name them, or 'sharded'.
 
 DEEPSPEED_BUCKET_BYTES = 500_000_000 * 2  # DeepSpeed's reduce/allgather_bucket_size 5e8 elements, fp16
 

@@ -38,9 +38,10 @@ class TracedSpan(Span):
 
 
 def iteration_spans(trace: dict[str, Any], layer_names: list[str],
-                    message_layers: list[list[str]]) -> list[TracedSpan]:
+                    message_layers: list[list[str]], labels: list[str] | None = None) -> list[TracedSpan]:
     """One traced iteration as spans: lanes iteration, io, h2d, forward, backward, comm, wait,
-    update; threads COMPUTE, COMM, IO."""
+    update; threads COMPUTE, COMM, IO. labels: each message's name (default: its layers). A
+    layer's span holds any wait for the all-gather it needs (a sharded strategy's)."""
     t = trace
     spans: list[TracedSpan] = []
 
@@ -48,25 +49,33 @@ def iteration_spans(trace: dict[str, Any], layer_names: list[str],
         spans.append({"lane": lane, "thread": thread, "name": name, "start_us": start, "end_us": max(start, end),
                       "args": args})
 
-    add("iteration", COMPUTE, "iteration", 0.0, t["update_end_us"])
+    add("iteration", COMPUTE, "iteration", 0.0, max(t["update_end_us"], t.get("end_us", 0.0)))
     if t["io_prefetch"]:
         add("io", COMPUTE, "wait for the prefetched batch", 0.0, t["io_wait_end_us"])
         add("io", IO, "read the next batch (prefetch thread)", t["io_start_us"], t["io_end_us"])
     elif t["io_end_us"] > t["io_start_us"]:
         add("io", COMPUTE, "read the batch", t["io_start_us"], t["io_end_us"])
     add("h2d", COMPUTE, "copy the batch (h2d)", t["io_wait_end_us"], t["h2d_end_us"])
+    n = len(layer_names)
+    fwait = t.get("layer_forward_wait_us") or [0.0] * n
+    bwait = t.get("layer_backward_wait_us") or [0.0] * n
     prev = t["h2d_end_us"]
-    for name, end in zip(layer_names, t["layer_forward_end_us"], strict=True):
-        add("forward", COMPUTE, name, prev, end)
+    for name, end, wait in zip(layer_names, t["layer_forward_end_us"], fwait, strict=True):
+        if wait > 0:  # a sharded strategy's layer waiting for the all-gather of its unit
+            add("wait", COMPUTE, f"wait for the all-gather ({name})", prev, prev + wait)
+        add("forward", COMPUTE, name, prev + wait, end)
         prev = end
     add("backward", COMPUTE, "zero the activation gradients", t["forward_end_us"], t["zero_end_us"])
     prev = t["zero_end_us"]
-    for name, end in reversed(list(zip(layer_names, t["layer_backward_end_us"], strict=True))):
-        add("backward", COMPUTE, name, prev, end)
+    for name, end, wait in reversed(list(zip(layer_names, t["layer_backward_end_us"], bwait, strict=True))):
+        if wait > 0:
+            add("wait", COMPUTE, f"wait for the all-gather ({name})", prev, prev + wait)
+        add("backward", COMPUTE, name, prev + wait, end)
         prev = end
     for i, (ready, s, e) in enumerate(zip(t["message_ready_us"], t["message_start_us"], t["message_end_us"],
                                           strict=True)):
-        add("comm", COMM, message_label(message_layers[i]), s, e, message=i, ready_us=ready, layers=message_layers[i])
+        add("comm", COMM, labels[i] if labels else message_label(message_layers[i]), s, e, message=i, ready_us=ready,
+            layers=message_layers[i], **({"compute_waited_us": t["message_wait_us"][i]} if t.get("message_wait_us") else {}))
     if t["comm_end_us"] > t["backward_end_us"]:
         add("wait", COMPUTE, "wait for the messages", t["backward_end_us"], t["comm_end_us"])
     add("update", COMPUTE, "SGD update", t["comm_end_us"], t["update_end_us"])
@@ -100,7 +109,7 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         events.append(_meta(model_pid, tid, "thread_name", lane))
 
     def extent(run: Any) -> float:  # the prefetch thread's read may end after the iteration
-        return float(max([max(t["update_end_us"], t["io_end_us"]) for t in run.traces]
+        return float(max([max(t["update_end_us"], t.get("end_us", 0.0), t["io_end_us"]) for t in run.traces]
                          + [sp["end_us"] for sp in run.prediction.timeline] + [run.predicted_us]))
 
     longest = max([extent(run) for run in result.runs] + [1.0])
@@ -109,7 +118,7 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         name = run.strategy.name
         span = extent(run)
         for rank, trace in enumerate(run.traces):
-            for sp in iteration_spans(trace, layer_names, run.plan.layers):
+            for sp in iteration_spans(trace, layer_names, run.plan.layers, run.plan.labels):
                 label = f"{name}: iteration" if sp["lane"] == "iteration" else sp["name"]
                 events.append({"name": label, "cat": sp["lane"], "ph": "X", "ts": offset + sp["start_us"],
                                "dur": sp["end_us"] - sp["start_us"], "pid": rank, "tid": sp["thread"],

@@ -130,8 +130,24 @@ def test_sharded_strategies_are_named_not_in_all():
     assert "reduce-scatter" in SHARDED["zero2"].describe()
 
 
-def test_executor_and_compression_refuse_sharded():
-    with pytest.raises(UsageError, match="does not run sharded"):
+def test_measured_message_times_price_the_sharded_plan():
+    # the times the executor measures, one per plan_sharded message, in place of the comm model's
+    for name in SHARDED:
+        plan = plan_sharded(GPT, SHARDED[name])
+        costs = [BETA.allreduce_us(m["collective"], m["bytes"], 4) for m in plan]
+        by_model = predict_iteration(GPT, PH, BETA, SHARDED[name], 4)
+        measured = predict_iteration(GPT, PH, None, SHARDED[name], 4, message_costs_us=costs)
+        assert measured.t_iter_us == pytest.approx(by_model.t_iter_us, rel=1e-12)
+        slower = predict_iteration(GPT, PH, None, SHARDED[name], 4, message_costs_us=[2 * c for c in costs])
+        assert slower.comm_us == pytest.approx(2 * by_model.comm_us) and slower.t_iter_us >= measured.t_iter_us
+        with pytest.raises(UsageError, match="times for"):
+            predict_iteration(GPT, PH, None, SHARDED[name], 4, message_costs_us=costs[1:])
+    with pytest.raises(UsageError, match="comm model is needed"):
+        predict_iteration(GPT, PH, None, SHARDED["zero3"], 4)
+
+
+def test_all_reduce_planning_and_compression_refuse_sharded():
+    with pytest.raises(UsageError, match="not all-reduce messages"):
         plan_messages(GPT, SHARDED["zero2"])
     from gdlbench.model import Compression
     with pytest.raises(UsageError, match="all-reduce strategies only"):

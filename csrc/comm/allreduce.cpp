@@ -329,6 +329,57 @@ void allgather(const void* sendbuf, void* recvbuf, std::size_t count, DType dtyp
 #endif
 }
 
+namespace {
+struct BlockCounts {  // block()'s cut of count elements among the ranks of comm, in MPI's types
+  int n = 1;
+#if MPI_VERSION >= 4
+  std::vector<MPI_Count> counts;
+  std::vector<MPI_Aint> displs;
+#else
+  std::vector<int> counts, displs;
+#endif
+};
+BlockCounts block_counts(std::size_t count, MPI_Comm comm) {
+  BlockCounts b;
+  GDL_MPI(MPI_Comm_size(comm, &b.n));
+  for (int r = 0; r < b.n; ++r) {
+    const Block k = block(count, b.n, r);
+#if MPI_VERSION < 4
+    GDL_REQUIRE(count <= INT_MAX, "sharded collectives: counts above INT_MAX need an MPI-4 library");
+#endif
+    b.counts.push_back(static_cast<decltype(b.counts)::value_type>(k.count));
+    b.displs.push_back(static_cast<decltype(b.displs)::value_type>(k.offset));
+  }
+  return b;
+}
+}  // namespace
+
+void reduce_scatter_blocks(void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm) {
+  int n = 1;
+  GDL_MPI(MPI_Comm_size(comm, &n));
+  if (count % static_cast<std::size_t>(n) == 0) return reduce_scatter(nullptr, buf, count / n, dtype, op, comm);
+  const BlockCounts b = block_counts(count, comm);
+#if MPI_VERSION >= 4
+  GDL_MPI(MPI_Reduce_scatter_c(MPI_IN_PLACE, buf, b.counts.data(), mpi_datatype(dtype), mpi_op(dtype, op), comm));
+#else
+  GDL_MPI(MPI_Reduce_scatter(MPI_IN_PLACE, buf, b.counts.data(), mpi_datatype(dtype), mpi_op(dtype, op), comm));
+#endif
+}
+
+void allgather_blocks(void* buf, std::size_t count, DType dtype, MPI_Comm comm) {
+  int n = 1;
+  GDL_MPI(MPI_Comm_size(comm, &n));
+  if (count % static_cast<std::size_t>(n) == 0) return allgather(nullptr, buf, count / n, dtype, comm);
+  const BlockCounts b = block_counts(count, comm);
+#if MPI_VERSION >= 4
+  GDL_MPI(MPI_Allgatherv_c(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, b.counts.data(), b.displs.data(),
+                           mpi_datatype(dtype), comm));
+#else
+  GDL_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, b.counts.data(), b.displs.data(),
+                         mpi_datatype(dtype), comm));
+#endif
+}
+
 void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm comm) {
 #if MPI_VERSION >= 4
   GDL_MPI(MPI_Bcast_c(buf, static_cast<MPI_Count>(count), mpi_datatype(dtype), root, comm));

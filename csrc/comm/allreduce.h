@@ -39,6 +39,16 @@ void reduce_scatter(const void* sendbuf, void* recvbuf, std::size_t count, DType
 void allgather(const void* sendbuf, void* recvbuf, std::size_t count, DType dtype, MPI_Comm comm);
 void broadcast(void* buf, std::size_t count, DType dtype, int root, MPI_Comm comm);
 
+// The same two in place on one flat buffer of `count` elements in all, cut into N blocks as
+// block() cuts it (a sharded optimizer's shards): reduce_scatter_blocks reduces all of buf and
+// leaves this rank's block of the result at the start of buf (MPI's in-place convention);
+// allgather_blocks takes this rank's block from buf + block(count, N, rank).offset and leaves
+// every block in its place. When N divides count they are exactly reduce_scatter and allgather
+// (the calls `gdlbench reducescatter/allgather` time); otherwise the first count % N blocks hold
+// one element more and the calls are MPI_Reduce_scatter and MPI_Allgatherv with those counts.
+void reduce_scatter_blocks(void* buf, std::size_t count, DType dtype, Op op, MPI_Comm comm);
+void allgather_blocks(void* buf, std::size_t count, DType dtype, MPI_Comm comm);
+
 // The MPI datatype and op used for dtype/op: predefined ones where MPI has them; for float16 and
 // bfloat16 a contiguous 2-byte type and user-defined ops that widen to float, reduce and round.
 MPI_Datatype mpi_datatype(DType t);

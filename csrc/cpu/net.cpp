@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/allreduce.h"
 #include "comm/timed.h"
 #include "cpu/blas.h"
 #include "cpu/sgd.h"
@@ -20,12 +21,12 @@ double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
 }
 
-// The communication thread: sends queued messages in order, records when each started and ended.
+// The communication thread: sends queued messages in order (send(i) runs message i), records
+// when each started and ended.
 class CommThread {
  public:
-  CommThread(const std::vector<Message>& msgs, const AllreduceFn& allreduce, float* grads)
-      : msgs_(msgs), allreduce_(allreduce), grads_(grads), start_(msgs.size()), end_(msgs.size()),
-        worker_([this] { loop(); }) {}
+  CommThread(std::size_t n_msgs, std::function<void(int)> send)
+      : n_(n_msgs), send_(std::move(send)), start_(n_msgs), end_(n_msgs), worker_([this] { loop(); }) {}
   ~CommThread() {
     {
       std::lock_guard<std::mutex> g(mu_);
@@ -47,15 +48,18 @@ class CommThread {
     }
     cv_.notify_all();
   }
-  void wait_all() {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return done_ == msgs_.size(); });
-    if (!error_.empty()) GDL_FAIL("all-reduce on the communication thread failed: ", error_);
-  }
+  void wait_all() { wait_done(n_); }
+  // Until message i is done (messages run in the order posted: the first i + 1 posted are done).
+  void wait_for(int i) { wait_done(static_cast<std::size_t>(i) + 1); }
   const std::vector<double>& starts() const { return start_; }
   const std::vector<double>& ends() const { return end_; }
 
  private:
+  void wait_done(std::size_t n) {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return done_ >= n; });
+    if (!error_.empty()) GDL_FAIL("a message on the communication thread failed: ", error_);
+  }
   void loop() {
     for (;;) {
       int i;
@@ -68,11 +72,10 @@ class CommThread {
         queue_.pop_front();
         t0 = t0_;
       }
-      const auto& m = msgs_[i];
       start_[i] = us_since(t0);
       std::string err;
       try {
-        allreduce_(grads_ + m.offset, m.count);
+        send_(i);
       } catch (const std::exception& e) {
         err = e.what();
       }
@@ -87,9 +90,8 @@ class CommThread {
     }
   }
 
-  const std::vector<Message>& msgs_;
-  const AllreduceFn& allreduce_;
-  float* grads_;
+  std::size_t n_;
+  std::function<void(int)> send_;
   std::vector<double> start_, end_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -170,25 +172,39 @@ std::vector<double> Net::time_backward_pass(const TimingPlan& plan) {
   return time_steady(plan, [&] { backward(); });
 }
 
+std::vector<int64_t> Net::layer_param_counts() const {
+  std::vector<int64_t> counts;
+  for (const auto& l : layers_) counts.push_back(l->param_count());
+  return counts;
+}
+
+void Net::send(const Message& m, const CommOps& ops) {
+  switch (m.kind) {
+    case MessageKind::allreduce: return ops.allreduce(grads_.data() + m.offset, m.count);
+    case MessageKind::reduce_scatter: return ops.reduce_scatter(grads_.data() + m.offset, m.count);
+    case MessageKind::allgather: return ops.allgather(params_.data() + m.offset, m.count);
+  }
+}
+
 std::vector<std::vector<double>> Net::time_messages(const TimingPlan& plan, const std::vector<Message>& msgs,
-                                                    const AllreduceFn& allreduce, MPI_Comm comm, double timeout_s) {
+                                                    const CommOps& ops, MPI_Comm comm, double timeout_s) {
   for (const auto& m : msgs)
     GDL_REQUIRE(m.offset >= 0 && m.count > 0 && m.offset + m.count <= param_count(), "message [", m.offset, ", +",
                 m.count, ") is outside the gradient buffer");
-  return comm::time_each_message(plan, msgs.size(), comm, timeout_s, "a message's all-reduce", [&](std::size_t i) {
-    allreduce(grads_.data() + msgs[i].offset, msgs[i].count);
-  });
+  return comm::time_each_message(plan, msgs.size(), comm, timeout_s, "a message's collective",
+                                 [&](std::size_t i) { send(msgs[i], ops); });
 }
 
 std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vector<Message>& msgs, bool overlap,
-                                        const AllreduceFn& allreduce, const std::function<void()>& io,
+                                        const CommOps& ops, const std::function<void()>& io,
                                         bool prefetch, const SgdConfig& sgd, MPI_Comm comm,
                                         IterationTrace* last_trace, double timeout_s) {
   validate(plan);
   comm::Watchdog::Scope watchdog(timeout_s, "the composed iteration");
+  if (is_sharded(msgs)) return time_sharded(plan, msgs, ops, io, prefetch, sgd, comm, last_trace);
   const auto ready_at = messages_by_layer(msgs, param_count(), layers());
 
-  CommThread comm_thread(msgs, allreduce, grads_.data());
+  CommThread comm_thread(msgs.size(), [&](int i) { send(msgs[i], ops); });
 
   std::vector<double> samples;
   IterationTrace trace;
@@ -208,9 +224,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     comm_thread.begin_iteration(t0);
     loader.next();  // this iteration's batch (read while the previous one computed, when prefetching)
     trace.io_wait_end = us_since(t0);
-    std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
-    for (auto& l : labels_)  // a new batch's labels
-      advance_labels(l.values.data(), static_cast<int>(l.values.size()), l.classes);
+    copy_batch();
     trace.h2d_end = us_since(t0);
     forward([&](int l) { trace.layer_forward_end[l] = us_since(t0); });
     trace.forward_end = trace.layer_forward_end.back();
@@ -226,11 +240,119 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
       for (std::size_t i = 0; i < msgs.size(); ++i) post(static_cast<int>(i));
     comm_thread.wait_all();
     trace.comm_end = us_since(t0);
+    trace.message_wait.assign(msgs.size(), 0.0);  // what compute waited for: the last message's
+    if (!msgs.empty()) trace.message_wait.back() = trace.comm_end - trace.backward_end;
     update(sgd);
-    trace.update_end = us_since(t0);
+    trace.update_end = trace.end = us_since(t0);
     if (it >= plan.warmup) samples.push_back(trace.update_end);
   }
   loader.wait();  // the last read is done: its end is known
+  comm::Watchdog::kick();
+  comm::max_over_ranks(samples, comm);
+  if (last_trace) {
+    trace.message_start = comm_thread.starts();
+    trace.message_end = comm_thread.ends();
+    loader.stamp(trace, t0);
+    *last_trace = trace;
+  }
+  return samples;
+}
+
+void Net::copy_batch() {
+  std::memcpy(data_.data(), staging_.data(), data_.size() * sizeof(float));
+  for (auto& l : labels_)  // a new batch's labels
+    advance_labels(l.values.data(), static_cast<int>(l.values.size()), l.classes);
+}
+
+void Net::update_shard(const std::vector<Message>& msgs, const SgdConfig& sgd, int rank, int ranks) {
+  for (const auto& m : msgs) {
+    if (m.kind != MessageKind::reduce_scatter) continue;
+    const comm::Block b = comm::block(static_cast<std::size_t>(m.count), ranks, rank);
+    const int64_t at = m.offset + static_cast<int64_t>(b.offset);  // the reduced block: at m.offset (in place)
+    sgd_update(params_.data() + at, grads_.data() + m.offset, momentum_.data() + at, static_cast<int64_t>(b.count),
+               sgd.lr, sgd.momentum, sgd.weight_decay);
+  }
+}
+
+std::vector<double> Net::time_sharded(const TimingPlan& plan, const std::vector<Message>& msgs, const CommOps& ops,
+                                      const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
+                                      MPI_Comm comm, IterationTrace* last_trace) {
+  check_sharded_plan(msgs, param_offset_, layer_param_counts(), param_count());
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
+  const int nl = layers();
+  // Per compute task (forward 0..L-1, backward L..2L-1, the update 2L), the message it waits for:
+  // the all-gathers their tasks need, the update the last reduce-scatter (the thread runs in order).
+  std::vector<int> need(2 * nl + 1, -1);
+  for (std::size_t i = 0; i < msgs.size(); ++i) {
+    if (msgs[i].needed_by >= 0) need[msgs[i].needed_by] = static_cast<int>(i);
+    if (msgs[i].kind == MessageKind::reduce_scatter) need[2 * nl] = static_cast<int>(i);
+  }
+  CommThread comm_thread(msgs.size(), [&](int i) { send(msgs[i], ops); });
+  std::vector<double> samples;
+  IterationTrace trace;
+  trace.layer_forward_end.assign(nl, 0.0);
+  trace.layer_backward_end.assign(nl, 0.0);
+  trace.message_ready.assign(msgs.size(), 0.0);
+  BatchLoader loader(io, prefetch);
+  clock_type::time_point t0;
+  std::size_t next = 0;
+  auto tasks_done = [&](int done) {  // post what `done` finished compute tasks issue, in plan order
+    for (; next < msgs.size() && msgs[next].issued_after <= done; ++next) {
+      trace.message_ready[next] = us_since(t0);
+      comm_thread.post(static_cast<int>(next));
+    }
+  };
+  auto before_task = [&](int task) {  // wait for the message the task needs, stamped
+    if (need[task] < 0) return;
+    const double from = us_since(t0);
+    comm_thread.wait_for(need[task]);
+    const double waited = us_since(t0) - from;
+    trace.message_wait[need[task]] += waited;
+    if (task < nl) trace.layer_forward_wait[task] = waited;
+    else if (task < 2 * nl) trace.layer_backward_wait[2 * nl - 1 - task] = waited;
+  };
+  for (int it = 0; it < plan.warmup + plan.iters; ++it) {
+    comm::Watchdog::kick();
+    MPI_Barrier(comm);  // untimed: every rank starts the iteration together
+    t0 = clock_type::now();
+    comm_thread.begin_iteration(t0);
+    trace.message_wait.assign(msgs.size(), 0.0);
+    trace.layer_forward_wait.assign(nl, 0.0);
+    trace.layer_backward_wait.assign(nl, 0.0);
+    next = 0;
+    loader.next();
+    trace.io_wait_end = us_since(t0);
+    copy_batch();
+    trace.h2d_end = us_since(t0);
+    tasks_done(0);
+    before_task(0);
+    forward([&](int l) {
+      trace.layer_forward_end[l] = us_since(t0);
+      tasks_done(l + 1);
+      if (l + 1 < nl) before_task(l + 1);
+    });
+    trace.forward_end = trace.layer_forward_end.back();
+    zero_act_grads();
+    trace.zero_end = us_since(t0);
+    before_task(nl);  // the last layer's backward
+    backward_layers([&](int l) {
+      trace.layer_backward_end[l] = us_since(t0);
+      tasks_done(2 * nl - l);
+      if (l > 0) before_task(2 * nl - l);
+    });
+    trace.backward_end = trace.layer_backward_end.front();
+    before_task(2 * nl);  // the update: every gradient reduced
+    trace.comm_end = us_since(t0);
+    update_shard(msgs, sgd, rank, ranks);
+    trace.update_end = us_since(t0);
+    tasks_done(2 * nl + 1);  // ZeRO-1/2: the all-gathers of the updated parameters
+    comm_thread.wait_all();
+    trace.end = us_since(t0);
+    if (it >= plan.warmup) samples.push_back(trace.end);
+  }
+  loader.wait();
   comm::Watchdog::kick();
   comm::max_over_ranks(samples, comm);
   if (last_trace) {
@@ -250,7 +372,7 @@ std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const
   // has written its gradients, and the all-reduce finds them where backward left them (in cache
   // or not). A scratch buffer of their size would double the memory the round touches. The sums
   // are overwritten by the next backward.
-  CommThread comm_thread(msgs, allreduce, grads_.data());
+  CommThread comm_thread(msgs.size(), [&](int i) { allreduce(grads_.data() + msgs[i].offset, msgs[i].count); });
   IterationTrace t;
   t.layer_backward_end.assign(layers(), 0.0);
   t.message_ready.assign(msgs.size(), 0.0);

@@ -207,12 +207,24 @@ def _print_contention(console: Console, r: IterationResult) -> None:
     shared: dict[tuple[Sequence[float], Sequence[float], int], list[str]] = {}
     for name, (cm, mm) in r.slowdowns.items():
         shared.setdefault((cm.samples_us, mm.samples_us, r.slowdown_round[name]), []).append(name)
+    sharded = {run.strategy.name for run in r.runs if run.strategy.shard}
     for (cs, ms, i), names in shared.items():
-        messages = ("made next to no progress beside backward" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
-                    else f"{ms[i]:.3f}x slower beside backward")
-        console.print(f"contention, measured with the messages of {', '.join(names)} posted as backward produces "
-                      f"them: backward {cs[i]:.3f}x slower beside them, the messages {messages} (the pair of the "
+        # (strategies whose rounds read the same pair are listed together, sharded or not)
+        lane, posted = (("backward", "backward produces") if not sharded & set(names) else
+                        ("compute", "their iteration posts") if sharded >= set(names) else
+                        ("compute", "each strategy posts"))
+        messages = (f"made next to no progress beside {lane}" if ms[i] >= NO_PROGRESS_SLOWDOWN / 2
+                    else f"{ms[i]:.3f}x slower beside {lane}")
+        console.print(f"contention, measured with the messages of {', '.join(names)} posted as {posted} them: "
+                      f"{lane} {cs[i]:.3f}x slower beside them, the messages {messages} (the pair of the "
                       f"round whose prediction is the median of {len(cs)} rounds)", markup=False, highlight=False)
+    unread = [run.strategy.name for run in r.runs if run.strategy.shard and run.strategy.overlap == "wfbp"
+              and run.strategy.name not in r.slowdowns]
+    if unread and r.world_size > 1:
+        slow = 2.0 - r.overlap_efficiency
+        console.print(f"contention of {', '.join(unread)}: no round could be read; while their messages and "
+                      f"compute overlap, both are priced {slow:g}x slower (2 - overlap efficiency)",
+                      markup=False, highlight=False)
     if "read_beside_us" in r.contention:
         rb = r.contention["read_beside_us"]
         console.print(f"the read beside compute, measured: the prefetch thread's read ({r.phases['io'].median / 1e3:.2f} ms "
@@ -238,7 +250,7 @@ def _print_model_notes(console: Console, r: IterationResult, it: Iteration) -> N
                       + "The contention rounds price what happens (docs/model.md). Fewer --threads per rank, so that "
                         "the ranks leave a core free, give the messages one.", markup=False)
     if it.skipped:
-        console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter servers run on the CPU executor only)",
+        console.print(f"left out on cuda: {', '.join(it.skipped)} (parameter-server and sharded strategies run on the CPU executor only)",
                       markup=False)
     if r.world_size == 1:
         console.print("one worker: every message is a 1-rank all-reduce, so comm is ~0 and strategies differ "
