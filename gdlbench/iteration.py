@@ -81,6 +81,17 @@ class MessagePlan:
     messages: list[tuple[int, ...]]
     layers: list[list[str]]
     kinds: list[str] = field(default_factory=list)  # per message; empty: all all-reduces
+    # per message, the model's message it is a piece of (plan_sharded_messages); empty: the same
+    priced_as: list[int] = field(default_factory=list)
+
+    def model_costs(self, costs: list[float]) -> list[float]:
+        """Per message of the model's plan, its measured cost: its pieces' costs added."""
+        if not self.priced_as:
+            return costs
+        out = [0.0] * (max(self.priced_as) + 1)
+        for j, c in zip(self.priced_as, costs, strict=True):
+            out[j] += c
+        return out
 
     @property
     def bytes(self) -> list[int]:
@@ -113,24 +124,35 @@ def plan_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], i
 def plan_sharded_messages(net: Network, strategy: Strategy, offset_of: Callable[[int], int]) -> MessagePlan:
     """A sharded strategy's messages (model.plan_sharded, in its order: the model prices exactly
     what is sent) as (offset, count, ready_after, kind, issued_after, needed_by) over the
-    executor's flat buffers: each one's layers must hold one contiguous range (a unit whose layers
-    lie apart, as a transformer's root unit, is refused). issued_after and needed_by count compute
-    tasks as plan_sharded's ready and needed_by do; ready_after is the message's lowest layer."""
+    executor's flat buffers. A unit whose parameters lie in several ranges (a transformer's root:
+    the embeddings before the blocks, the last norm after them) is sent as one message per range,
+    back to back (priced_as: the model's message each is a piece of), where FSDP's flat parameter
+    makes it one. issued_after and needed_by count compute tasks as plan_sharded's ready and
+    needed_by do; ready_after is the piece's lowest layer."""
     index = {layer.name: i for i, layer in enumerate(net.layers)}
-    messages: list[tuple[int, ...]] = []
-    names, kinds = [], []
-    for msg in model_plan_sharded(net, strategy):
+    plan = MessagePlan([], [], [], [])
+    for j, msg in enumerate(model_plan_sharded(net, strategy)):
         held = sorted(index[name] for name in msg["layers"] if net.layers[index[name]].params)
-        start = offset_of(held[0])
-        end = offset_of(held[-1]) + net.layers[held[-1]].params
-        if end - start != sum(net.layers[i].params for i in held):
-            raise UsageError(f"strategy {strategy.name}: the executor sends a unit as one range of its flat "
-                             f"buffers, and the layers {held[0]}-{held[-1]} of a {msg['collective']} lie apart")
         needed_by = -1 if msg["needed_by"] is None else int(msg["needed_by"])
-        messages.append((start, end - start, held[0], MESSAGE_KINDS[msg["collective"]], int(msg["ready"]), needed_by))
-        names.append(list(msg["layers"]))
-        kinds.append(str(msg["collective"]))
-    return MessagePlan(messages, names, kinds)
+        for piece in _contiguous(net, held, offset_of):
+            count = sum(net.layers[i].params for i in piece)
+            plan.messages.append((offset_of(piece[0]), count, piece[0], MESSAGE_KINDS[msg["collective"]],
+                                  int(msg["ready"]), needed_by))
+            plan.layers.append(list(msg["layers"]))
+            plan.kinds.append(str(msg["collective"]))
+            plan.priced_as.append(j)
+    return plan
+
+
+def _contiguous(net: Network, held: list[int], offset_of: Callable[[int], int]) -> list[list[int]]:
+    """`held` (layer indices with parameters, ascending) in runs whose parameters lie together."""
+    runs: list[list[int]] = []
+    for i in held:
+        if runs and offset_of(runs[-1][-1]) + net.layers[runs[-1][-1]].params == offset_of(i):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 def executed_algo(strategy: Strategy, workers: int) -> tuple[str, int]:
@@ -816,7 +838,7 @@ class Iteration:
                for s in rounds.messages[_message_key(plan)]]
         composed = rounds.composed[k]
         samples = [s for s, _ in composed]
-        costs = [m.median for m in msg]
+        costs = mplan.model_costs([m.median for m in msg])
         priced = partial(price_as_executed, self.net, model_phases, strategy, result.world_size, costs)
         rounds_pairs = rounds.slowdowns.get(_message_key(plan)) if strategy.overlap == "wfbp" else None
         pair = self._contention_pair(result, strategy, rounds_pairs, priced, clock)

@@ -48,15 +48,31 @@ def test_sharded_plan_is_the_models_over_the_flat_buffers(name):
     assert (covered == 1).all()
 
 
-def test_a_unit_whose_layers_lie_apart_is_refused():
-    gpt = load_network("transformer:layers=1:hidden=16:heads=2:seq=4:vocab=11")
-    offsets = {}
-    at = 0
+@pytest.mark.parametrize("strategy", ["zero3", "fsdp", "zero1"])
+def test_a_unit_whose_layers_lie_apart_is_sent_piece_by_piece(strategy):
+    """A transformer's root unit (the embeddings before the blocks, the last norm after them) holds
+    two ranges of the flat buffers: the executor sends one message per range, back to back, each
+    priced as a piece of the model's message (its cost the pieces' added)."""
+    from gdlbench.model import plan_sharded
+
+    gpt = load_network("transformer:layers=2:hidden=16:heads=2:seq=4:vocab=11")
+    offsets, at = {}, 0
     for i, layer in enumerate(gpt.layers):
         offsets[i] = at
         at += layer.params
-    with pytest.raises(UsageError, match="lie apart"):
-        plan_messages(gpt, SHARDED["zero3"], offsets.__getitem__)
+    plan = plan_messages(gpt, SHARDED[strategy], offsets.__getitem__)
+    model = plan_sharded(gpt, SHARDED[strategy])
+    assert sorted(set(plan.priced_as)) == list(range(len(model)))
+    index = {layer.name: i for i, layer in enumerate(gpt.layers)}
+    for j, msg in enumerate(model):  # the pieces of message j tile its layers' parameters, in order
+        pieces = [m for m, k in zip(plan.messages, plan.priced_as, strict=True) if k == j]
+        want = sum(gpt.layers[index[n]].params for n in msg["layers"])
+        assert sum(p[1] for p in pieces) == want
+        assert all(p[0] + p[1] <= q[0] or q[0] + q[1] <= p[0] for p in pieces for q in pieces if p is not q)
+    if strategy != "zero1":  # the root: embeddings (+ the tied head) and ln_f apart
+        assert len(plan.messages) > len(model)
+    assert plan.model_costs([1.0] * len(plan.messages)) == [
+        float(plan.priced_as.count(j)) for j in range(len(model))]
 
 
 def _run_one(exe, messages, iters=1):
