@@ -859,10 +859,12 @@ def what_ifs(root: Path, cfg: Config, winner: Strategy, base: PredictRequest, su
 
     base_t, base_ips = t_iter(base)
     options: list[tuple[str, PredictRequest]] = []
-    if winner.overlap != "wfbp":
+    # a sharded winner (ZeRO, FSDP) has its own overlap and units: the next stage is its what-if
+    replicated = winner.collective == "allreduce" and not winner.shard
+    if winner.overlap != "wfbp" and not winner.shard:
         options.append(("turn on WFBP (overlap communication with backward)", replace(base, overlap="wfbp")))
     sweep: list[dict[str, Any]] = []
-    if winner.collective == "allreduce":
+    if replicated:
         for mib in BUCKETS_MIB:
             t, ips = t_iter(replace(base, fuse_bytes=mib * 2**20))
             sweep.append({"bucket_mib": mib, "t_iter_us": t, "images_per_s": ips})
@@ -872,7 +874,7 @@ def what_ifs(root: Path, cfg: Config, winner: Strategy, base: PredictRequest, su
     options += [("twice the link bandwidth", replace(base, link_scale="2")),
                 ("half the link latency", replace(base, link_scale="1:0.5")),
                 ("fp16/bf16 gradients (half the bytes)", replace(base, grad_dtype="bfloat16"))]
-    if encode is not None:
+    if encode is not None and not winner.shard:
         options.append((f"top-k compression at ratio {cfg.compress_ratio:g} (measured encode "
                         f"{encode * 1e3:.3g} ns/B)", replace(base, compress=f"{cfg.compress_ratio:g}:{encode:.4g}")))
     options.append((f"twice the batch per worker ({2 * summary['batch']})", replace(base, batch=2 * summary["batch"])))
@@ -888,6 +890,6 @@ def what_ifs(root: Path, cfg: Config, winner: Strategy, base: PredictRequest, su
     assert base.workers is not None
     out = {"workers": base.workers[0], "strategy": winner.name, "base_t_iter_us": base_t,
            "base_images_per_s": base_ips, "base_command": base.command(), "ranked": rows}
-    if winner.collective == "allreduce":
+    if replicated:
         out["bucket_sweep"] = sweep
     return out
