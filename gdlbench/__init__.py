@@ -68,7 +68,9 @@ from .model import (  # noqa: E402
     predict_iteration,
     predict_scaling,
 )
+from .memory import Memory, memory_per_worker  # noqa: E402
 from .network import Network, builtin_nets, load_network  # noqa: E402
+from .prediction import CommSource, Evaluation, PredictRequest, evaluate  # noqa: E402
 from .scaling import PredictResult, predict  # noqa: E402
 from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
 from .torch_trace import ImportedTrace, import_trace  # noqa: E402
@@ -86,6 +88,10 @@ __all__ = [
     # the model
     "CommModel", "Phases", "Prediction", "predict_iteration", "predict_scaling", "load_comm_model",
     "AlphaBetaFit", "fit_alpha_beta", "fit_results",
+    # what `gdlbench predict` prices, as a typed request, and what it returns
+    "PredictRequest", "CommSource", "evaluate", "Evaluation",
+    # memory per worker (parameters, gradients, optimizer states, activations, buffers)
+    "memory_per_worker", "Memory",
     # networks and strategies
     "Network", "builtin_nets", "load_network", "PRESETS", "Strategy", "get_strategies",
     # a PyTorch job's own profiler trace as phases and gradients

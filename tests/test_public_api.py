@@ -276,3 +276,28 @@ def test_import_trace(tmp_path):
     assert s.total_us == pytest.approx(141.0) and [g.ready_us for g in c.gradients] == pytest.approx([27, 50])
     with pytest.raises(gdlbench.UsageError, match="--step-ms"):
         gdlbench.import_trace(path, batch=8, step_us=-1.0)
+
+
+@covers("PredictRequest", "CommSource", "evaluate", "Evaluation")
+def test_predict_request(tmp_path):
+    """A typed request prices what `gdlbench predict` prints, and prints the command that does."""
+    phases = tmp_path / "phases.json"
+    phases.write_text(json.dumps(gdlbench.Phases.synthetic("resnet50", 32).to_report()))
+    req = gdlbench.PredictRequest(phases=str(phases), comm=gdlbench.CommSource(algo="ring", alpha=5.0, bandwidth="10"),
+                                  strategy="wfbp", workers=(1, 16))
+    assert req.command().startswith("gdlbench predict") and "--strategy wfbp" in req.command()
+    ev = gdlbench.evaluate(req)
+    assert isinstance(ev, gdlbench.Evaluation) and [r["workers"] for r in ev.rows] == [1, 16]
+    one, sixteen = ev.rows
+    assert sixteen["t_iter_us"] > one["t_iter_us"] > 0  # 16 workers pay for their all-reduce
+
+
+@covers("memory_per_worker", "Memory")
+def test_memory_per_worker():
+    """ZeRO's model states: 16 bytes per parameter replicated (mixed precision Adam), sharded by stage."""
+    net = gdlbench.load_network("gpt2-small:seq=128")
+    zero = gdlbench.get_strategies("wfbp-fusion")[0]
+    m = gdlbench.memory_per_worker(net, zero, 8, 2)
+    assert isinstance(m, gdlbench.Memory) and m.model_states == pytest.approx(16 * net.params)
+    z3 = gdlbench.memory_per_worker(net, gdlbench.get_strategies("zero3")[0], 8, 2)
+    assert z3.model_states == pytest.approx(16 * net.params / 8) and z3.total < m.total
