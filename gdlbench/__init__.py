@@ -60,6 +60,7 @@ from .io import IoResult, io  # noqa: E402
 from .iteration import Iteration, IterationResult  # noqa: E402
 from .layers import LayerResult, layer  # noqa: E402
 from .measurement import Measurement  # noqa: E402
+from .memory import Memory, memory_per_worker  # noqa: E402
 from .model import (  # noqa: E402
     CommModel,
     Phases,
@@ -68,7 +69,6 @@ from .model import (  # noqa: E402
     predict_iteration,
     predict_scaling,
 )
-from .memory import Memory, memory_per_worker  # noqa: E402
 from .network import Network, builtin_nets, load_network  # noqa: E402
 from .prediction import CommSource, Evaluation, PredictRequest, evaluate  # noqa: E402
 from .scaling import PredictResult, predict  # noqa: E402

@@ -15,7 +15,6 @@ import pytest
 from helpers import run_cli, run_mpi
 
 from gdlbench import _core
-from gdlbench.errors import UsageError
 from gdlbench.iteration import MESSAGE_KINDS, plan_messages
 from gdlbench.model import plan_sharded
 from gdlbench.network import load_network
