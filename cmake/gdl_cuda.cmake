@@ -66,7 +66,7 @@ gdl_imported(gdl::nccl "${NV_NCCL}/lib/libnccl.so.2" "${NV_NCCL}/include")
 file(GLOB GDL_CUDA_SOURCES CONFIGURE_DEPENDS csrc/cuda/*.cu csrc/cuda/*.cpp)
 # The node layout (two-level algorithms): the one MPI-side file both modules compile.
 list(APPEND GDL_CUDA_SOURCES ${CMAKE_SOURCE_DIR}/csrc/comm/topology.cpp)
-file(GLOB GDL_CUDA_BINDINGS CONFIGURE_DEPENDS csrc/bind_cuda*.cpp)
+file(GLOB GDL_CUDA_BINDINGS CONFIGURE_DEPENDS csrc/bindings/bind_cuda*.cpp)
 pybind11_add_module(_cuda MODULE ${GDL_CUDA_BINDINGS} ${GDL_CUDA_SOURCES})
 target_include_directories(_cuda PRIVATE csrc)
 target_compile_options(_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -O3>)

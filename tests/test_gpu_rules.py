@@ -127,7 +127,7 @@ def test_producer_stream_refuses_what_the_interface_forbids(bad):
 def test_no_cuda_code_uses_the_legacy_default_stream():
     """The process stream is non-blocking: it does not wait for the legacy stream, so a
     cudaMemcpy/cudaMemset there would race with it. Every copy and fill goes through the stream."""
-    sources = [*ROOT.glob("csrc/cuda/*.cu"), *ROOT.glob("csrc/cuda/*.h"), *ROOT.glob("csrc/bind_cuda*.cpp")]
+    sources = [*ROOT.glob("csrc/cuda/*.cu"), *ROOT.glob("csrc/cuda/*.h"), *ROOT.glob("csrc/bindings/bind_cuda*.cpp")]
     assert sources
     legacy = re.compile(r"\bcuda(Memcpy|Memset|Memcpy2D|Memcpy3D)\s*\(")
     offenders = [f"{p.name}:{n}" for p in sources for n, line in enumerate(p.read_text().splitlines(), 1)
