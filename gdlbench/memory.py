@@ -12,8 +12,9 @@ Per worker, in bytes, for Psi parameters on N workers at ZeRO stage z (strategie
                worker too); ZeRO-1/2 a reduce bucket and an all-gather bucket (DeepSpeed's
                constant buffers), or with impl='pytorch' torch's programs: ZeRO-1 as
                ZeroRedundancyOptimizer under DDP (DDP's buckets), ZeRO-2 as FSDP SHARD_GRAD_OP
-               (parameters sharded at rest, the whole unsharded copy from forward to backward,
-               one unit's full gradients); ZeRO-3/FSDP the gathered parameters of the unit
+               (parameters sharded at rest, one unit's full gradients; each unit's unsharded
+               parameters from its forward to the end of its backward, in the backward peak);
+               ZeRO-3/FSDP the gathered parameters of the unit
                computing and the one prefetched (and FSDP's root, kept from forward to
                backward) and one unit's full gradients before its reduce-scatter. Sharded
                strategies on one worker gather nothing (FSDP runs NO_SHARD there).
@@ -171,7 +172,7 @@ def _tied_table(net: Network) -> int:
 
 
 def backward_peak(net: Network | str, batch: int, workers: int = 1, stage: int = 0, precision: str = "mixed",
-                  checkpointing: bool = False) -> float:
+                  checkpointing: bool = False, unsharded_to_backward: bool = False) -> float:
     """The most a worker holds during backward beyond its parameters, optimizer states and
     buffers, in bytes: at the worst layer i (last first), the activations still held (_held),
     the gradients already produced (G per parameter; 1/N of it at stage >= 2, each unit's part
@@ -179,7 +180,10 @@ def backward_peak(net: Network | str, batch: int, workers: int = 1, stage: int =
     softmax_xent: two of its input in fp32, nll_loss's and log_softmax's). A tied lm_head's
     gradient of the token table waits in autograd's input buffer until the embedding's
     backward adds its own: the two and their sum are alive then (2 tables beyond the gradients;
-    torch/csrc/autograd/input_buffer.cpp, InputBuffer::add: old_var + var)."""
+    torch/csrc/autograd/input_buffer.cpp, InputBuffer::add: old_var + var).
+    unsharded_to_backward (FSDP SHARD_GRAD_OP on N > 1 workers): each unit's unsharded
+    parameters, gathered in forward, are held until its backward ends (FSDP's post-backward
+    reshard), so at layer i those of every unit with a layer at or before i are alive too."""
     net = load_network(net)
     a = 2 if precision == "mixed" else 4
     _, g, _ = bytes_per_param("sgd", precision)
@@ -187,6 +191,11 @@ def backward_peak(net: Network | str, batch: int, workers: int = 1, stage: int =
     held = _held(net, per, a, checkpointing)
     table = _tied_table(net)
     share = workers if stage >= 2 else 1
+    firsts = []
+    if unsharded_to_backward and workers > 1:
+        from .model import shard_units
+
+        firsts = [(u.layers[0], bytes_per_param("sgd", precision)[0] * u.params) for u in shard_units(net)]
     grads, peak = 0.0, 0.0
     for i in reversed(range(len(net.layers))):
         lay = net.layers[i]
@@ -201,7 +210,8 @@ def backward_peak(net: Network | str, batch: int, workers: int = 1, stage: int =
             grads -= g * table  # the head's part joins the sum: the table counted once, plus the two parts
             extra = 2 * g * table
         grads += produced
-        peak = max(peak, batch * (held[i] + moving) + grads + extra)
+        gathered = sum(b for first, b in firsts if first <= i)
+        peak = max(peak, batch * (held[i] + moving) + grads + extra + gathered)
     return peak
 
 
@@ -240,8 +250,8 @@ def buffers(net: Network, strategy: Strategy, workers: int, precision: str = "mi
     units = shard_units(net)
     if strategy.shard == 0:
         return float(g * max((lay.params for lay in net.layers), default=0))
-    if strategy.shard == 2 and impl == "pytorch":  # SHARD_GRAD_OP: unsharded from forward to backward
-        return float(p * psi + g * max((u.params for u in units), default=0))
+    if strategy.shard == 2 and impl == "pytorch":  # SHARD_GRAD_OP: the unsharded copy is in backward_peak
+        return float(g * max((u.params for u in units), default=0))
     if strategy.shard < 3:
         cap = strategy.bucket_bytes or g * max((lay.params for lay in net.layers), default=0)
         return float(min(cap, g * psi) + min(cap, p * psi))
@@ -261,9 +271,10 @@ def memory_per_worker(net: Network | str, strategy: Strategy, workers: int, batc
         raise UsageError(f"impl: one of {', '.join(IMPLS)}, got {impl!r}")
     net = load_network(net)
     params, grads, opt = model_states(net.params, workers, strategy.shard, optimizer, precision)
-    if strategy.shard == 2 and impl == "pytorch":
-        params /= workers  # FSDP keeps the shard at rest; buffers() holds the unsharded copy
-    peak = backward_peak(net, batch, workers, strategy.shard, precision, checkpointing)
+    fsdp_grad_op = strategy.shard == 2 and impl == "pytorch"
+    if fsdp_grad_op:
+        params /= workers  # FSDP keeps the shard at rest; backward_peak holds the unsharded units
+    peak = backward_peak(net, batch, workers, strategy.shard, precision, checkpointing, fsdp_grad_op)
     return Memory(strategy.name, workers, params, grads, opt, activations(net, batch, precision, checkpointing),
                   buffers(net, strategy, workers, precision, impl), optimizer, precision, checkpointing, peak)
 

@@ -107,11 +107,15 @@ def test_ddp_buckets_on_one_worker_and_pytorch_zero():
     # ZeroRedundancyOptimizer under DDP: DDP's buckets, optimizer states 1/N
     z1 = memory_per_worker(net, SHARDED["zero1"], 2, 2, "adam", "fp32", impl="pytorch")
     assert z1.buffers == 4 * net.params and z1.optimizer == 8 * net.params / 2
-    # FSDP SHARD_GRAD_OP: the shard at rest, the whole unsharded from forward to backward, one
-    # unit's full gradient; one worker: NO_SHARD, nothing gathered
+    # FSDP SHARD_GRAD_OP: the shard at rest, one unit's full gradient in the buffers, and each
+    # unit's unsharded parameters until its backward ends: at the start of backward all of them
+    # (a large batch peaks there), at its end only the root's; one worker: NO_SHARD, nothing gathered
     z2 = memory_per_worker(net, SHARDED["zero2"], 2, 2, "sgd", "fp32", impl="pytorch")
     assert z2.params == 4 * net.params / 2
-    assert z2.buffers == 4 * net.params + 4 * max(u.params for u in shard_units(net))
+    assert z2.buffers == 4 * max(u.params for u in shard_units(net))
+    b = 64
+    big = backward_peak(net, b, 2, 2, "fp32", unsharded_to_backward=True)
+    assert big == backward_peak(net, b, 2, 2, "fp32") + 4 * net.params
     assert memory_per_worker(net, SHARDED["zero2"], 1, 2, "sgd", "fp32", impl="pytorch").buffers == 0
     with pytest.raises(UsageError, match="impl"):
         memory_per_worker(net, SHARDED["zero2"], 2, 2, impl="megatron")
