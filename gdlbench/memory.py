@@ -155,8 +155,12 @@ def _held(net: Network, per: list[int], a: int, checkpointing: bool) -> list[int
 
     def size(j: int) -> int:
         return math.prod(net.input_shape if j < 0 else net.layers[j].out_shape) * a
-    stored = [b if not lay.block else sum(size(j) for j in lay.inputs if j < 0 or net.layers[j].block != lay.block)
-              for b, lay in zip(per, net.layers, strict=True)]  # a block keeps the tensors that enter it
+    seen: set[tuple[str, int]] = set()
+    stored = []  # a block keeps the tensors that enter it, each once
+    for b, lay in zip(per, net.layers, strict=True):
+        enter = {j for j in lay.inputs if (j < 0 or net.layers[j].block != lay.block) and (lay.block, j) not in seen}
+        seen.update((lay.block, j) for j in enter)
+        stored.append(b if not lay.block else sum(size(j) for j in enter))
     out = []
     for i, lay in enumerate(net.layers):
         own = sum(per[j] for j in range(i + 1) if lay.block and net.layers[j].block == lay.block)

@@ -94,7 +94,12 @@ def test_backward_peak_ends():
     # stage >= 2: the gradients kept are 1/N (the tied table's parts still whole before the sum)
     assert backward_peak(net, 1, 4, 2, "fp32") == pytest.approx(4 * psi / 4 + 2 * 4 * table, rel=2e-2)
     # checkpointing lowers the start of backward; an untied head has no table transient
-    assert backward_peak(net, b, precision="fp32", checkpointing=True) < start
+    ckpt = backward_peak(net, b, precision="fp32", checkpointing=True)
+    assert ckpt < start
+    # at the start of backward with checkpointing: what activations() counts but the recomputed
+    # block (none is recomputed yet: every block's input once), and the loss's two gradients
+    block = sum(activation_bytes(lay, 4) for lay in net.layers if lay.block == "h.11")
+    assert ckpt == activations(net, b, "fp32", checkpointing=True) - b * block + b * 2 * 4 * v * s
     untied = load_network("transformer:layers=2:hidden=64:heads=2:seq=16:vocab=100")
     assert backward_peak(untied, 1, precision="fp32") >= 4 * untied.params
 
