@@ -48,8 +48,8 @@ GDL_STRATEGY = {"ddp": ("ddp", "deepspeed"), "zero1": ("zero1", "pytorch"), "zer
 # the torch side (imported only in the ranks)
 
 
-def build_model(net: Any) -> Any:
-    """A torch nn.Module with the layers of the gdlbench net (module docstring)."""
+def torch_classes(net: Any) -> dict[str, Any]:
+    """The torch modules the net's layers become: Fn (a function), Embedding, Attention, Block."""
     import torch
     from torch import nn
 
@@ -88,31 +88,6 @@ def build_model(net: Any) -> Any:
             att = self.drop(att.softmax(-1))
             return self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
 
-    def op(lay: Any, emb: Any) -> Any:
-        a, c = lay.attrs, lay.in_shapes[0][0]
-        t = lay.type
-        if t == "embedding":
-            return Embedding(a["vocab"], a["hidden"], a["positions"], a["token_types"])
-        if t == "layernorm":
-            return nn.LayerNorm(c, eps=a["eps"])
-        if t == "attention":
-            return Attention(c, a["heads"], a["causal"], a["dropout"], a["bias"], lay.in_shapes[0][1])
-        if t == "linear":
-            return nn.Linear(c, a["out_features"], bias=a["bias"])
-        if t == "fc":
-            return nn.Linear(math.prod(lay.in_shapes[0]), a["out_features"], bias=a["bias"])
-        if t == "lm_head":
-            head = nn.Linear(c, a["vocab"], bias=a["bias"])
-            if a["tied"]:
-                head.weight = emb.word.weight  # one Parameter: torch counts it once, as gdlbench does
-            return head
-        simple = {"gelu": nn.GELU(), "tanh": nn.Tanh(), "dropout": nn.Dropout(a.get("ratio", 0.0)),
-                  "add": Fn(lambda *xs: sum(xs[1:], xs[0])), "softmax_xent": Fn(lambda x: x),
-                  "select_token": Fn(lambda x: x[:, a.get("index", 0)])}
-        if t not in simple:
-            raise SystemExit(f"memory_validation: no torch twin for layer type {t!r} ({lay.name})")
-        return simple[t]
-
     class Block(nn.Module):
         """One gdlbench block (the unit of FSDP wrapping): its layers in order; one tensor enters."""
 
@@ -127,7 +102,45 @@ def build_model(net: Any) -> Any:
                 env[i] = m(*[env[j] if j in env else x for j in lay.inputs])
             return env[self.idx[-1]]
 
-    return _assemble(net, op, Block, nn, torch)
+    return {"Fn": Fn, "Embedding": Embedding, "Attention": Attention, "Block": Block}
+
+
+def layer_module(lay: Any, emb: Any, cls: dict[str, Any]) -> Any:
+    """The torch module of one gdlbench layer (emb: the net's first Embedding, for a tied head)."""
+    from torch import nn
+
+    a, c = lay.attrs, lay.in_shapes[0][0]
+    t = lay.type
+    if t == "embedding":
+        return cls["Embedding"](a["vocab"], a["hidden"], a["positions"], a["token_types"])
+    if t == "layernorm":
+        return nn.LayerNorm(c, eps=a["eps"])
+    if t == "attention":
+        return cls["Attention"](c, a["heads"], a["causal"], a["dropout"], a["bias"], lay.in_shapes[0][1])
+    if t == "linear":
+        return nn.Linear(c, a["out_features"], bias=a["bias"])
+    if t == "fc":
+        return nn.Linear(math.prod(lay.in_shapes[0]), a["out_features"], bias=a["bias"])
+    if t == "lm_head":
+        head = nn.Linear(c, a["vocab"], bias=a["bias"])
+        if a["tied"]:
+            head.weight = emb.word.weight  # one Parameter: torch counts it once, as gdlbench does
+        return head
+    simple = {"gelu": nn.GELU(), "tanh": nn.Tanh(), "dropout": nn.Dropout(a.get("ratio", 0.0)),
+              "add": cls["Fn"](lambda *xs: sum(xs[1:], xs[0])), "softmax_xent": cls["Fn"](lambda x: x),
+              "select_token": cls["Fn"](lambda x: x[:, a.get("index", 0)])}
+    if t not in simple:
+        raise SystemExit(f"memory_validation: no torch twin for layer type {t!r} ({lay.name})")
+    return simple[t]
+
+
+def build_model(net: Any) -> Any:
+    """A torch nn.Module with the layers of the gdlbench net (module docstring)."""
+    import torch
+    from torch import nn
+
+    cls = torch_classes(net)
+    return _assemble(net, lambda lay, emb: layer_module(lay, emb, cls), cls["Block"], nn, torch)
 
 
 def _assemble(net: Any, op: Any, block_cls: Any, nn: Any, torch: Any) -> Any:
