@@ -306,7 +306,7 @@ def rank_main(args: argparse.Namespace) -> None:
         trace.append((f"step{step}", status_kb("VmRSS") - base))
     doc = {"rank": rank, "peak_kb": status_kb("VmHWM") - base, "base_kb": base, "params": count,
            "file_kb": status_kb("RssFile") - file_base, "trace_kb": trace, "seconds": time.perf_counter() - t0,
-           "loss": float(loss), "malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default")}
+           "loss": float(loss.detach()), "malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default")}
     doc |= sampler.finish()
     every: list[Any] = [None] * world
     dist.all_gather_object(every, doc)
