@@ -8,19 +8,37 @@ Per worker, in bytes, for Psi parameters on N workers at ZeRO stage z (strategie
   activations  what backward needs of every layer at batch b (activation_bytes), or, with
                activation checkpointing, the input of every block plus one block recomputed
   buffers      the communication buffers: DDP-style buckets hold a copy of every gradient
-               (PyTorch DDP, gradient_as_bucket_view off); ZeRO-1/2 a reduce bucket and an
-               all-gather bucket (DeepSpeed's constant buffers); ZeRO-3/FSDP the gathered
-               parameters of the unit computing and the one prefetched (and FSDP's root, kept
-               from forward to backward) and one unit's full gradients before its reduce-scatter.
+               (PyTorch DDP, gradient_as_bucket_view off; its Reducer allocates them on one
+               worker too); ZeRO-1/2 a reduce bucket and an all-gather bucket (DeepSpeed's
+               constant buffers), or with impl='pytorch' torch's programs: ZeRO-1 as
+               ZeroRedundancyOptimizer under DDP (DDP's buckets), ZeRO-2 as FSDP SHARD_GRAD_OP
+               (parameters sharded at rest, one unit's full gradients; each unit's unsharded
+               parameters from its forward to the end of its backward, in the backward peak);
+               ZeRO-3/FSDP the gathered parameters of the unit
+               computing and the one prefetched (and FSDP's root, kept from forward to
+               backward) and one unit's full gradients before its reduce-scatter. Sharded
+               strategies on one worker gather nothing (FSDP runs NO_SHARD there).
+  backward peak  gradients grow while activations are freed, so the peak is neither their sum
+               nor either alone: backward_peak() walks backward from the last layer and takes
+               the worst layer's activations still held + gradients made so far + that layer's
+               moving gradients (of its output and its input; the loss's two fp32 gradients of
+               the logits) + a tied LM head's two parts of the table gradient before autograd
+               sums them. At a small batch it is every gradient plus the two table parts (end of
+               backward); at a large one every activation plus the logits' gradients (start).
 The ZeRO paper's example (Rajbhandari et al., SC20, figure 1: 7.5B parameters, N = 64, mixed
 precision Adam, 2 + 2 + 12 bytes per parameter) gives model states of 120, 31.4, 16.6 and 1.9 GB
-for stages 0-3. The total is the sum, an upper bound of the peak (gradients grow while
-activations are freed); workspaces, fragmentation and the framework's own memory are not in it.
+for stages 0-3. The total is parameters + optimizer + buffers + the backward peak. Not in it:
+the optimizer's own temporaries (CPU Adam, one parameter at a time: the size of the largest
+parameter, no more than the table parts at backward's end; CUDA's foreach Adam: a temporary of
+every parameter at once), allocator fragmentation and the framework's own memory (library code,
+its communication library). Checked against real PyTorch jobs on the CPU
+(benchmarks/memory_validation.py, docs/model.md).
 
 Activations saved for backward, per layer, elements of A bytes (4 fp32, 2 mixed precision):
 its input for conv, fc, linear, lm_head, layernorm, bn, lrn, gelu, tanh, relu (its output) and
 maxpool; nothing for add, concat, flatten, pools by average, select_token, tokens; a dropout a
-1-byte mask; an embedding its int64 token ids; softmax_xent its input in fp32; attention its
+1-byte mask (CUDA's native_dropout keeps a bool mask; the CPU's at::dropout keeps it in the input's
+dtype, 4 bytes in fp32: 1 % of a GPT-2 small step at fp32, not modelled); an embedding its int64 token ids; softmax_xent its input in fp32; attention its
 input, Q, K, V and the output projection's input (5 D S), the softmax output (heads S^2), with
 dropout also its mask (1 byte) and output. A GPT block then saves 34 s b h + 5 a s^2 b bytes at
 A = 2 (Korthikanti et al., arXiv 2205.05198, section 4.1).
@@ -29,6 +47,7 @@ A = 2 (Korthikanti et al., arXiv 2205.05198, section 4.1).
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +59,7 @@ from .units import parse_size
 
 OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "mixed")
+IMPLS = ("deepspeed", "pytorch")  # the programs behind ZeRO stages 1 and 2 (memory_per_worker)
 _OPT_BYTES = {"sgd": 4, "adam": 8}  # fp32 state per parameter: momentum; Adam's m and v
 _NO_SAVE = ("add", "concat", "flatten", "avgpool", "global_avgpool", "select_token", "tokens")
 
@@ -68,7 +88,11 @@ def activation_bytes(layer: Layer, act_bytes: int) -> int:
 
 @dataclass(frozen=True)
 class Memory:
-    """One worker's memory for one strategy, N, batch and settings, in bytes."""
+    """One worker's memory for one strategy, N, batch and settings, in bytes. params, optimizer
+    and buffers are held through the iteration; grads (the gradients when backward has ended)
+    and activations (what forward saved) are the two ends of backward, and backward_peak is the
+    worst moment of backward between them (backward_peak()); total = params + optimizer +
+    buffers + backward_peak."""
 
     strategy: str
     workers: int
@@ -80,6 +104,7 @@ class Memory:
     optimizer_name: str = "adam"
     precision: str = "mixed"
     checkpointing: bool = False
+    backward_peak: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -87,12 +112,13 @@ class Memory:
 
     @property
     def total(self) -> float:
-        return self.model_states + self.activations + self.buffers
+        return self.params + self.optimizer + self.buffers + self.backward_peak
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "workers": self.workers, "params_bytes": self.params,
                 "grads_bytes": self.grads, "optimizer_bytes": self.optimizer, "activations_bytes": self.activations,
-                "buffers_bytes": self.buffers, "model_states_bytes": self.model_states, "total_bytes": self.total,
+                "buffers_bytes": self.buffers, "backward_peak_bytes": self.backward_peak,
+                "model_states_bytes": self.model_states, "total_bytes": self.total,
                 "optimizer": self.optimizer_name, "precision": self.precision, "checkpointing": self.checkpointing}
 
 
@@ -119,6 +145,80 @@ def model_states(params: int, workers: int, stage: int, optimizer: str = "adam",
             k * params / (n if stage >= 1 else 1))
 
 
+def _held(net: Network, per: list[int], a: int, checkpointing: bool) -> list[int]:
+    """Per layer i, the activation bytes per sample still held when layer i's backward runs:
+    what layers 0..i saved; with checkpointing, each earlier block's input only, and of layer
+    i's own block all that its recomputed forward saved up to i."""
+    blocked = checkpointing and any(lay.block for lay in net.layers)
+    if not blocked:
+        return list(itertools.accumulate(per))
+
+    def size(j: int) -> int:
+        return math.prod(net.input_shape if j < 0 else net.layers[j].out_shape) * a
+    seen: set[tuple[str, int]] = set()
+    stored = []  # a block keeps the tensors that enter it, each once
+    for b, lay in zip(per, net.layers, strict=True):
+        enter = {j for j in lay.inputs if (j < 0 or net.layers[j].block != lay.block) and (lay.block, j) not in seen}
+        seen.update((lay.block, j) for j in enter)
+        stored.append(b if not lay.block else sum(size(j) for j in enter))
+    out = []
+    for i, lay in enumerate(net.layers):
+        own = sum(per[j] for j in range(i + 1) if lay.block and net.layers[j].block == lay.block)
+        out.append(sum(stored[: i + 1]) + own)
+    return out
+
+
+def _tied_table(net: Network) -> int:
+    """Elements of the token table a tied lm_head shares (0 when none is tied)."""
+    emb = next((lay for lay in net.layers if lay.type == "embedding"), None)
+    tied = any(lay.type == "lm_head" and lay.attrs.get("tied") for lay in net.layers)
+    return emb.attrs["vocab"] * emb.attrs["hidden"] if emb is not None and tied else 0
+
+
+def backward_peak(net: Network | str, batch: int, workers: int = 1, stage: int = 0, precision: str = "mixed",
+                  checkpointing: bool = False, unsharded_to_backward: bool = False) -> float:
+    """The most a worker holds during backward beyond its parameters, optimizer states and
+    buffers, in bytes: at the worst layer i (last first), the activations still held (_held),
+    the gradients already produced (G per parameter; 1/N of it at stage >= 2, each unit's part
+    reduce-scattered) and layer i's transient gradients: of its output and its input (A bytes;
+    softmax_xent: two of its input in fp32, nll_loss's and log_softmax's). A tied lm_head's
+    gradient of the token table waits in autograd's input buffer until the embedding's
+    backward adds its own: the two and their sum are alive then (2 tables beyond the gradients;
+    torch/csrc/autograd/input_buffer.cpp, InputBuffer::add: old_var + var).
+    unsharded_to_backward (FSDP SHARD_GRAD_OP on N > 1 workers): each unit's unsharded
+    parameters, gathered in forward, are held until its backward ends (FSDP's post-backward
+    reshard), so at layer i those of every unit with a layer at or before i are alive too."""
+    net = load_network(net)
+    a = 2 if precision == "mixed" else 4
+    _, g, _ = bytes_per_param("sgd", precision)
+    per = [activation_bytes(lay, a) for lay in net.layers]
+    held = _held(net, per, a, checkpointing)
+    table = _tied_table(net)
+    share = workers if stage >= 2 else 1
+    firsts = []
+    if unsharded_to_backward and workers > 1:
+        from .model import shard_units
+
+        firsts = [(u.layers[0], bytes_per_param("sgd", precision)[0] * u.params) for u in shard_units(net)]
+    grads, peak = 0.0, 0.0
+    for i in reversed(range(len(net.layers))):
+        lay = net.layers[i]
+        out_elems = math.prod(lay.out_shape)
+        in_elems = sum(math.prod(sh) for sh in lay.in_shapes)
+        moving = 2 * 4 * in_elems if lay.type == "softmax_xent" else a * (out_elems + in_elems)
+        produced = g * lay.params / share
+        if lay.type == "lm_head" and lay.attrs.get("tied"):
+            produced = g * table  # held in full in the input buffer until the embedding's backward
+        extra = 0.0
+        if lay.type == "embedding" and table:
+            grads -= g * table  # the head's part joins the sum: the table counted once, plus the two parts
+            extra = 2 * g * table
+        grads += produced
+        gathered = sum(b for first, b in firsts if first <= i)
+        peak = max(peak, batch * (held[i] + moving) + grads + extra + gathered)
+    return peak
+
+
 def activations(net: Network | str, batch: int, precision: str = "mixed", checkpointing: bool = False) -> float:
     """Bytes of activations a worker keeps for backward at `batch` (module docstring)."""
     net = load_network(net)
@@ -141,22 +241,24 @@ def activations(net: Network | str, batch: int, precision: str = "mixed", checkp
     return float(batch * (outside + sum(inputs.values()) + max(blocks.values())))
 
 
-def buffers(net: Network, strategy: Strategy, workers: int, precision: str = "mixed") -> float:
+def buffers(net: Network, strategy: Strategy, workers: int, precision: str = "mixed", impl: str = "deepspeed") -> float:
     """Communication buffers and gathered parameters per worker (module docstring)."""
     from .model import shard_units
 
     p, g, _ = bytes_per_param("sgd", precision)
     psi = net.params
-    if workers == 1:  # nothing to send, nothing sharded to gather
+    if strategy.shard == 0 and strategy.bucket_bytes is not None or strategy.shard == 1 and impl == "pytorch":
+        return float(g * psi)  # DDP's buckets, allocated whatever the world size
+    if workers == 1:  # nothing to send, nothing sharded to gather (FSDP runs NO_SHARD)
         return 0.0
+    units = shard_units(net)
     if strategy.shard == 0:
-        if strategy.bucket_bytes is not None:
-            return float(g * psi)
         return float(g * max((lay.params for lay in net.layers), default=0))
+    if strategy.shard == 2 and impl == "pytorch":  # SHARD_GRAD_OP: the unsharded copy is in backward_peak
+        return float(g * max((u.params for u in units), default=0))
     if strategy.shard < 3:
         cap = strategy.bucket_bytes or g * max((lay.params for lay in net.layers), default=0)
         return float(min(cap, g * psi) + min(cap, p * psi))
-    units = shard_units(net)
     kept = [u for u in units if u.root and strategy.keep_root]
     others = [u.params for u in units if u not in kept]
     biggest = max(others, default=0)
@@ -165,12 +267,20 @@ def buffers(net: Network, strategy: Strategy, workers: int, precision: str = "mi
 
 
 def memory_per_worker(net: Network | str, strategy: Strategy, workers: int, batch: int, optimizer: str = "adam",
-                      precision: str = "mixed", checkpointing: bool = False) -> Memory:
-    """One worker's memory for `strategy` on `workers` workers at per-worker `batch`."""
+                      precision: str = "mixed", checkpointing: bool = False, impl: str = "deepspeed") -> Memory:
+    """One worker's memory for `strategy` on `workers` workers at per-worker `batch`. impl names
+    the program behind ZeRO stages 1 and 2: 'deepspeed' (the zero1/zero2 presets' buckets) or
+    'pytorch' (stage 1: ZeroRedundancyOptimizer under DDP; stage 2: FSDP SHARD_GRAD_OP)."""
+    if impl not in IMPLS:
+        raise UsageError(f"impl: one of {', '.join(IMPLS)}, got {impl!r}")
     net = load_network(net)
-    states = model_states(net.params, workers, strategy.shard, optimizer, precision)
-    return Memory(strategy.name, workers, *states, activations(net, batch, precision, checkpointing),
-                  buffers(net, strategy, workers, precision), optimizer, precision, checkpointing)
+    params, grads, opt = model_states(net.params, workers, strategy.shard, optimizer, precision)
+    fsdp_grad_op = strategy.shard == 2 and impl == "pytorch"
+    if fsdp_grad_op:
+        params /= workers  # FSDP keeps the shard at rest; backward_peak holds the unsharded units
+    peak = backward_peak(net, batch, workers, strategy.shard, precision, checkpointing, fsdp_grad_op)
+    return Memory(strategy.name, workers, params, grads, opt, activations(net, batch, precision, checkpointing),
+                  buffers(net, strategy, workers, precision, impl), optimizer, precision, checkpointing, peak)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,14 +358,16 @@ def print_memory(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     cols = [Column("strategy", "strategy"), Column("N", "workers"),
             Column("params", "params", gb), Column("grads", "grads", gb), Column("optimizer", "optimizer", gb),
             Column("activations", "activations", gb), Column("buffers", "buffers", gb),
-            Column("total (GB)", "total", gb), Column("fits", "fits")]
-    parts = ("params", "grads", "optimizer", "activations", "buffers", "total")
+            Column("backward peak", "backward_peak", gb), Column("total (GB)", "total", gb), Column("fits", "fits")]
+    parts = ("params", "grads", "optimizer", "activations", "buffers", "backward_peak", "total")
     table = [{"strategy": r["strategy"], "workers": r["workers"], "fits": "yes" if r["fits"] else "NO"}
              | {k: r[f"memory_{k}_bytes"] for k in parts} for r in rows]
     print_table(f"memory per worker (limit {summary['limit_bytes'] / 1e9:g} GB; {summary['optimizer']}, "
                 f"{summary['precision']}{', activation checkpointing' if summary['checkpointing'] else ''})",
-                cols, table, caption="GB = 1e9 bytes; the total is the sum of the parts, an upper bound of the "
-                                     "peak (docs/model.md, the memory model)")
+                cols, table, caption="GB = 1e9 bytes; total = params + optimizer + buffers + backward peak (the "
+                                     "activations still held, the gradients made so far and the moving ones at "
+                                     "backward's worst layer; grads and activations are its two ends); "
+                                     "docs/model.md, the memory model")
     for n, name in summary["fastest_that_fits"].items():
         low = summary["lowest_stage_that_fits"][n]
         print(f"N = {n}: " + (f"the fastest strategy that fits is {name}; the lowest ZeRO stage that fits is "
