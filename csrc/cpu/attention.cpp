@@ -17,6 +17,7 @@
 #include "common/dropout.h"
 #include "common/errors.h"
 #include "cpu/blas.h"
+#include "cpu/fast_math.h"
 #include "cpu/layer.h"
 
 namespace gdl::cpu {
@@ -124,10 +125,16 @@ class AttentionLayer : public Layer {
       float* row = p + i * s;
       const int64_t len = causal_ ? i + 1 : s;
       float mx = row[0];
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 1; j < len; ++j) mx = std::max(mx, row[j]);
       double z = 0;
-      for (int64_t j = 0; j < len; ++j) z += row[j] = std::exp(row[j] - mx);
+#pragma omp simd reduction(+ : z)
+      for (int64_t j = 0; j < len; ++j) {
+        row[j] = exp_poly(row[j] - mx);  // fast_math.h: vectorises, unlike std::exp
+        z += row[j];
+      }
       const float inv = float(1.0 / z);
+#pragma omp simd
       for (int64_t j = 0; j < len; ++j) row[j] *= inv;
       for (int64_t j = len; j < s; ++j) row[j] = 0.f;
     }
@@ -172,8 +179,10 @@ class AttentionLayer : public Layer {
       const float* pr = p + i * s;
       float* r = dp + i * s;
       double dot = 0;
+#pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j < s; ++j) dot += double(pr[j]) * r[j];
       const float fdot = float(dot);
+#pragma omp simd
       for (int64_t j = 0; j < s; ++j) r[j] = pr[j] * (r[j] - fdot);
     }
     // dQ_h = scale K_h dS^T; dK_h = scale Q_h dS

@@ -9,6 +9,7 @@
 
 #include "common/errors.h"
 #include "cpu/blas.h"
+#include "cpu/fast_math.h"
 #include "cpu/layer.h"
 
 namespace gdl::cpu {
@@ -193,26 +194,6 @@ class LinearLayer : public Layer {
 };
 GDL_REGISTER_LAYER("linear", LinearLayer);
 
-// exp(x) in float arithmetic only, so that the loops below vectorise (libm's expf, erff and tanhf
-// are scalar calls here): Cephes' expf polynomial after x = n ln2 + r, about 2 ulp; 0 below -87.3,
-// saturating at e^88.3 above (its callers only divide by it or multiply it by a small number).
-inline float exp_poly(float x) {
-  const float xc = std::min(std::max(x, -87.3f), 88.3f);
-  // n = round(x / ln2) by the 1.5 * 2^23 trick (std::floor would be a call that stops vectorising)
-  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  const int32_t bits = (int32_t(n) + 127) << 23;  // 2^n, n in [-126, 127]
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -87.3f ? 0.f : p * scale;
-}
 // tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error about 1e-7.
 inline float tanh_poly(float u) { return 1.f - 2.f / (exp_poly(2.f * u) + 1.f); }
 // The normal CDF Phi(v) = erfc(-v / sqrt 2) / 2, with Numerical Recipes' erfc (erfcc: fractional
