@@ -11,6 +11,7 @@
 #include "cpu/blas.h"
 #include "cpu/fast_math.h"
 #include "cpu/layer.h"
+#include "cpu/seq_gemm.h"
 
 namespace gdl::cpu {
 namespace {
@@ -120,8 +121,8 @@ class LayerNormLayer : public Layer {
 GDL_REGISTER_LAYER("layernorm", LayerNormLayer);
 
 // Per-position linear (torch.nn.Linear on (B, S, C)): (C, H, W) -> (F, H, W), Y_b = W X_b (+ b),
-// weight [F, C] (+ bias [F]). One GEMM per sample; a single position per sample (P = 1) is the
-// fc case, one GEMM for the batch.
+// weight [F, C] (+ bias [F]). The batch packed as [C][B*P] (cpu/seq_gemm.h): one GEMM per pass,
+// N (or K) = B*P, as torch's; a single position per sample (P = 1) is the fc case, already one GEMM.
 class LinearLayer : public Layer {
  public:
   explicit LinearLayer(const LayerSpec& s) : Layer(s) {
@@ -135,21 +136,22 @@ class LinearLayer : public Layer {
     GDL_REQUIRE(s.param_shapes.size() == std::size_t(bias_ ? 2 : 1) && s.param_shapes[0] == (Shape{f_, c_}) &&
                     (!bias_ || s.param_shapes[1] == Shape{f_}),
                 "linear ", s.name, ": param_shapes must be [", f_, ", ", c_, "] (weight)", bias_ ? " then [F] (bias)" : "");
+    if (p_ > 1) xp_.resize(spec_.batch * c_ * p_), yp_.resize(spec_.batch * f_ * p_);
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
-    if (bias_) {  // y = b broadcast over positions, then the GEMM adds (beta = 1)
-      const float* bias = params_[1];
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < n * f; ++r) std::fill(y + r * p, y + (r + 1) * p, bias[r % f]);
+    const float* bias = bias_ ? params_[1] : nullptr;
+    if (p == 1) {  // Y[n x F] = X[n x C] W^T (+ b broadcast first, beta = 1)
+      if (bias)
+        for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + f, y + r * f);
+      return gemm(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), bias ? 1.f : 0.f, y,
+                  int(f));
     }
-    const float beta = bias_ ? 1.f : 0.f;
-    if (p == 1)  // Y[n x F] = X[n x C] W^T
-      return gemm(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), beta, y, int(f));
-    for (int64_t b = 0; b < n; ++b)  // Y_b[F x P] = W[F x C] X_b[C x P]
-      gemm(false, false, int(f), int(p), int(c), 1.f, params_[0], int(c), x[0] + b * c * p, int(p), beta,
-           y + b * f * p, int(p));
+    pack_seq(x[0], n, c, p, xp_.data());  // Yp[F x nP] = W[F x C] Xp[C x nP], then Y_b = Yp's b-th columns + b
+    gemm(false, false, int(f), int(n * p), int(c), 1.f, params_[0], int(c), xp_.data(), int(n * p), 0.f, yp_.data(),
+         int(n * p));
+    unpack_seq(yp_.data(), n, f, p, bias, false, y);
   }
 
   void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
@@ -158,19 +160,21 @@ class LinearLayer : public Layer {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
     if (p == 1)  // dX[n x C] += dY[n x F] W
       return gemm(false, false, int(n), int(c), int(f), 1.f, dy, int(f), params_[0], int(c), 1.f, dx[0], int(c));
-    for (int64_t b = 0; b < n; ++b)  // dX_b[C x P] += W^T dY_b[F x P]
-      gemm(true, false, int(c), int(p), int(f), 1.f, params_[0], int(c), dy + b * f * p, int(p), 1.f,
-           dx[0] + b * c * p, int(p));
+    pack_seq(dy, n, f, p, yp_.data());  // dXp[C x nP] = W^T dYp[F x nP], added to each dX_b
+    gemm(true, false, int(c), int(n * p), int(f), 1.f, params_[0], int(c), yp_.data(), int(n * p), 0.f, xp_.data(),
+         int(n * p));
+    unpack_seq(xp_.data(), n, c, p, nullptr, true, dx[0]);
   }
 
   void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
     if (p == 1) {  // dW[F x C] = dY^T X
       gemm(true, false, int(f), int(c), int(n), 1.f, dy, int(f), x[0], int(c), 0.f, grads_[0], int(c));
-    } else {
-      for (int64_t b = 0; b < n; ++b)  // dW += dY_b[F x P] X_b^T, the first sample overwriting
-        gemm(false, true, int(f), int(c), int(p), 1.f, dy + b * f * p, int(p), x[0] + b * c * p, int(p),
-             b ? 1.f : 0.f, grads_[0], int(c));
+    } else {  // dW[F x C] = dYp[F x nP] Xp^T: one GEMM with K = nP
+      pack_seq(dy, n, f, p, yp_.data());
+      pack_seq(x[0], n, c, p, xp_.data());
+      gemm(false, true, int(f), int(c), int(n * p), 1.f, yp_.data(), int(n * p), xp_.data(), int(n * p), 0.f,
+           grads_[0], int(c));
     }
     if (!bias_) return;
     float* db = grads_[1];
@@ -191,6 +195,7 @@ class LinearLayer : public Layer {
  private:
   int64_t c_ = 0, p_ = 0, f_ = 0;
   bool bias_ = true;
+  std::vector<float> xp_, yp_;  // the batch packed [C][B*P] and [F][B*P] (P > 1)
 };
 GDL_REGISTER_LAYER("linear", LinearLayer);
 
