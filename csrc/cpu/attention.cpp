@@ -56,12 +56,13 @@ class AttentionLayer : public Layer {
   void forward(const std::vector<const float*>& x, float* y) override {
     const int64_t n = spec_.batch, ns = n * s_;
     pack_seq(x[0], n, d_, s_, pb_.data());  // QKV_b = W_qkv X_b (+ b_qkv), one GEMM for the batch
-    gemm_rows(false, false, int(3 * d_), int(ns), int(d_), 1.f, params_[0], int(d_), pb_.data(), int(ns), 0.f, pa_.data(),
-         int(ns));
+    gemm_rows(false, false, int(3 * d_), int(ns), int(d_), 1.f, params_[0], int(d_), pb_.data(), int(ns), 0.f,
+              pa_.data(), int(ns));
     unpack_seq(pa_.data(), n, 3 * d_, s_, bias_ ? params_[1] : nullptr, false, qkv_.data());
     over_heads([&](int64_t b, int64_t h, float* scratch) { head_forward(b, h, scratch); });
     pack_seq(o_.data(), n, d_, s_, pb_.data());  // Y_b = W_o O_b (+ b_o)
-    gemm_rows(false, false, int(d_), int(ns), int(d_), 1.f, wo(), int(d_), pb_.data(), int(ns), 0.f, pa_.data(), int(ns));
+    gemm_rows(false, false, int(d_), int(ns), int(d_), 1.f, wo(), int(d_), pb_.data(), int(ns), 0.f, pa_.data(),
+              int(ns));
     unpack_seq(pa_.data(), n, d_, s_, bias_ ? params_[3] : nullptr, false, y);
     dqkv_for_ = nullptr;
   }
@@ -74,11 +75,11 @@ class AttentionLayer : public Layer {
     pack_seq(dy, n, d_, s_, pb_.data());  // dW_o = dYp Op^T (K = nS)
     pack_seq(o_.data(), n, d_, s_, pa_.data());
     gemm_rows(false, true, int(d_), int(d_), int(ns), 1.f, pb_.data(), int(ns), pa_.data(), int(ns), 0.f,
-         grads_[bias_ ? 2 : 1], int(d_));
+              grads_[bias_ ? 2 : 1], int(d_));
     pack_seq(dqkv_.data(), n, 3 * d_, s_, pa_.data());  // dW_qkv = dQKVp Xp^T
     pack_seq(x[0], n, d_, s_, pb_.data());
-    gemm_rows(false, true, int(3 * d_), int(d_), int(ns), 1.f, pa_.data(), int(ns), pb_.data(), int(ns), 0.f, grads_[0],
-         int(d_));
+    gemm_rows(false, true, int(3 * d_), int(d_), int(ns), 1.f, pa_.data(), int(ns), pb_.data(), int(ns), 0.f,
+              grads_[0], int(d_));
     if (bias_) {
       sum_rows(dqkv_.data(), 3 * d_, grads_[1]);
       sum_rows(dy, d_, grads_[3]);
@@ -93,8 +94,8 @@ class AttentionLayer : public Layer {
     dqkv_for_ = nullptr;
     const int64_t n = spec_.batch, ns = n * s_;
     pack_seq(dqkv_.data(), n, 3 * d_, s_, pa_.data());  // dXp = W_qkv^T dQKVp, added to each dX_b
-    gemm_rows(true, false, int(d_), int(ns), int(3 * d_), 1.f, params_[0], int(d_), pa_.data(), int(ns), 0.f, pb_.data(),
-         int(ns));
+    gemm_rows(true, false, int(d_), int(ns), int(3 * d_), 1.f, params_[0], int(d_), pa_.data(), int(ns), 0.f,
+              pb_.data(), int(ns));
     unpack_seq(pb_.data(), n, d_, s_, nullptr, true, dx[0]);
   }
 
@@ -158,7 +159,8 @@ class AttentionLayer : public Layer {
   void compute_dqkv(const float* dy) {
     const int64_t n = spec_.batch, ns = n * s_;
     pack_seq(dy, n, d_, s_, pb_.data());  // dO_b = W_o^T dY_b
-    gemm_rows(true, false, int(d_), int(ns), int(d_), 1.f, wo(), int(d_), pb_.data(), int(ns), 0.f, pa_.data(), int(ns));
+    gemm_rows(true, false, int(d_), int(ns), int(d_), 1.f, wo(), int(d_), pb_.data(), int(ns), 0.f, pa_.data(),
+              int(ns));
     unpack_seq(pa_.data(), n, d_, s_, nullptr, false, do_.data());
     over_heads([&](int64_t b, int64_t h, float* scratch) { head_backward(b, h, scratch); });
   }

@@ -5,7 +5,7 @@
 // parameters are only [vocab] if bias. A tied head never bound (a single-layer benchmark) uses a
 // table of its own: fill_value(kOwnSeed, i) / 8 (common/fill.h), its gradient kept internally.
 // The batch is packed as [D][B*S] and [vocab][B*S] (cpu/seq_gemm.h): one GEMM per pass, the
-// 50257-row table streamed once instead of once per sample.
+// 50257-row table streamed once instead of once per sample, on the OpenMP threads (gemm_rows).
 #include "common/errors.h"
 #include "common/fill.h"
 #include "cpu/blas.h"
@@ -51,8 +51,8 @@ class LmHeadLayer : public Layer {
     const int64_t n = spec_.batch, ns = n * s_;
     const float* b = bias_ ? params_[tied_ ? 0 : 1] : nullptr;
     pack_seq(x[0], n, d_, s_, xp_.data());  // Yp[V x nS] = W Xp, then Y_k = Yp's k-th columns (+ b)
-    gemm(false, false, int(v_), int(ns), int(d_), 1.f, weight(), int(d_), xp_.data(), int(ns), 0.f, yp_.data(),
-         int(ns));
+    gemm_rows(false, false, int(v_), int(ns), int(d_), 1.f, weight(), int(d_), xp_.data(), int(ns), 0.f,
+              yp_.data(), int(ns));
     unpack_seq(yp_.data(), n, v_, s_, b, false, y);
   }
 
@@ -61,8 +61,8 @@ class LmHeadLayer : public Layer {
     if (!dx[0]) return;
     const int64_t n = spec_.batch, ns = n * s_;
     pack_seq(dy, n, v_, s_, yp_.data());  // dXp[D x nS] = W^T dYp, added to each dX_k
-    gemm(true, false, int(d_), int(ns), int(v_), 1.f, weight(), int(d_), yp_.data(), int(ns), 0.f, xp_.data(),
-         int(ns));
+    gemm_rows(true, false, int(d_), int(ns), int(v_), 1.f, weight(), int(d_), yp_.data(), int(ns), 0.f,
+              xp_.data(), int(ns));
     unpack_seq(xp_.data(), n, d_, s_, nullptr, true, dx[0]);
   }
 
@@ -71,7 +71,8 @@ class LmHeadLayer : public Layer {
     float* dw = tied_ ? table_grad_ : grads_[0];
     pack_seq(dy, n, v_, s_, yp_.data());  // dW = dYp Xp^T (K = nS), overwritten
     pack_seq(x[0], n, d_, s_, xp_.data());
-    gemm(false, true, int(v_), int(d_), int(ns), 1.f, yp_.data(), int(ns), xp_.data(), int(ns), 0.f, dw, int(d_));
+    gemm_rows(false, true, int(v_), int(d_), int(ns), 1.f, yp_.data(), int(ns), xp_.data(), int(ns), 0.f, dw,
+              int(d_));
     if (bias_) {
       float* db = grads_[tied_ ? 0 : 1];
       const int64_t v = v_, s = s_;

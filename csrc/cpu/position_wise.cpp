@@ -121,8 +121,9 @@ class LayerNormLayer : public Layer {
 GDL_REGISTER_LAYER("layernorm", LayerNormLayer);
 
 // Per-position linear (torch.nn.Linear on (B, S, C)): (C, H, W) -> (F, H, W), Y_b = W X_b (+ b),
-// weight [F, C] (+ bias [F]). The batch packed as [C][B*P] (cpu/seq_gemm.h): one GEMM per pass,
-// N (or K) = B*P, as torch's; a single position per sample (P = 1) is the fc case, already one GEMM.
+// weight [F, C] (+ bias [F]). The batch packed as [C][B*P] (cpu/seq_gemm.h): one GEMM per pass
+// with N (or K) = B*P, as torch's, on the OpenMP threads (gemm_rows); a single position per sample
+// (P = 1) is the fc case, already one GEMM.
 class LinearLayer : public Layer {
  public:
   explicit LinearLayer(const LayerSpec& s) : Layer(s) {
@@ -145,12 +146,12 @@ class LinearLayer : public Layer {
     if (p == 1) {  // Y[n x F] = X[n x C] W^T (+ b broadcast first, beta = 1)
       if (bias)
         for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + f, y + r * f);
-      return gemm(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), bias ? 1.f : 0.f, y,
-                  int(f));
+      return gemm_rows(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), bias ? 1.f : 0.f,
+                       y, int(f));
     }
     pack_seq(x[0], n, c, p, xp_.data());  // Yp[F x nP] = W[F x C] Xp[C x nP], then Y_b = Yp's b-th columns + b
-    gemm(false, false, int(f), int(n * p), int(c), 1.f, params_[0], int(c), xp_.data(), int(n * p), 0.f, yp_.data(),
-         int(n * p));
+    gemm_rows(false, false, int(f), int(n * p), int(c), 1.f, params_[0], int(c), xp_.data(), int(n * p), 0.f,
+              yp_.data(), int(n * p));
     unpack_seq(yp_.data(), n, f, p, bias, false, y);
   }
 
@@ -159,22 +160,23 @@ class LinearLayer : public Layer {
     if (!dx[0]) return;
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
     if (p == 1)  // dX[n x C] += dY[n x F] W
-      return gemm(false, false, int(n), int(c), int(f), 1.f, dy, int(f), params_[0], int(c), 1.f, dx[0], int(c));
+      return gemm_rows(false, false, int(n), int(c), int(f), 1.f, dy, int(f), params_[0], int(c), 1.f, dx[0],
+                       int(c));
     pack_seq(dy, n, f, p, yp_.data());  // dXp[C x nP] = W^T dYp[F x nP], added to each dX_b
-    gemm(true, false, int(c), int(n * p), int(f), 1.f, params_[0], int(c), yp_.data(), int(n * p), 0.f, xp_.data(),
-         int(n * p));
+    gemm_rows(true, false, int(c), int(n * p), int(f), 1.f, params_[0], int(c), yp_.data(), int(n * p), 0.f,
+              xp_.data(), int(n * p));
     unpack_seq(xp_.data(), n, c, p, nullptr, true, dx[0]);
   }
 
   void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
     if (p == 1) {  // dW[F x C] = dY^T X
-      gemm(true, false, int(f), int(c), int(n), 1.f, dy, int(f), x[0], int(c), 0.f, grads_[0], int(c));
+      gemm_rows(true, false, int(f), int(c), int(n), 1.f, dy, int(f), x[0], int(c), 0.f, grads_[0], int(c));
     } else {  // dW[F x C] = dYp[F x nP] Xp^T: one GEMM with K = nP
       pack_seq(dy, n, f, p, yp_.data());
       pack_seq(x[0], n, c, p, xp_.data());
-      gemm(false, true, int(f), int(c), int(n * p), 1.f, yp_.data(), int(n * p), xp_.data(), int(n * p), 0.f,
-           grads_[0], int(c));
+      gemm_rows(false, true, int(f), int(c), int(n * p), 1.f, yp_.data(), int(n * p), xp_.data(), int(n * p), 0.f,
+                grads_[0], int(c));
     }
     if (!bias_) return;
     float* db = grads_[1];

@@ -43,17 +43,16 @@ inline void unpack_seq(const float* in, int64_t batch, int64_t rows, int64_t s, 
 }
 
 // gemm (cpu/blas.h) with C's rows split over the compute threads (OpenMP), single-threaded BLAS in
-// each. The attention layer's per-head work runs on the OpenMP threads too; with its projections
-// on OpenBLAS's own thread pool, that pool's workers kept spinning after each call (for
-// OPENBLAS_THREAD_TIMEOUT) and took the cores from the heads: on 2 shared cores a pass took 2-5 x
-// its single-threaded time. One pool for the whole layer avoids it.
+// each. The layers' other loops (packing, attention's heads) run on the OpenMP threads too; with
+// the GEMMs on OpenBLAS's own thread pool, each pool's workers kept spinning after their work
+// (OpenBLAS's for OPENBLAS_THREAD_TIMEOUT) and took the cores from the other's: on 2 shared cores
+// a pass took 2-5 x its single-threaded time. One pool for the whole layer avoids it.
 inline void gemm_rows(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
                       int ldb, float beta, float* c, int ldc) {
-  const int threads = std::max(1, std::min(compute_threads(), m / 64));
-  if (threads <= 1) return gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const int threads = std::max(1, std::min(compute_threads(), m / 64));  // a few rows: one thread
   const int saved = blas_threads();
   set_blas_threads(1);
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
     const int t = omp_get_thread_num(), m0 = int(int64_t(m) * t / threads), m1 = int(int64_t(m) * (t + 1) / threads);
     gemm(ta, tb, m1 - m0, n, k, alpha, ta ? a + m0 : a + int64_t(m0) * lda, lda, b, ldb, beta, c + int64_t(m0) * ldc,
