@@ -44,11 +44,13 @@ void lse_block(const float* s, int64_t k, int64_t ps, int64_t len, double* lse) 
     }
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) z[i] *= double(exp_poly(m[i] - cm[i])), m[i] = cm[i];
+    float zc[kBlock] = {0.f};  // the chunk's sum in float (kChunk terms), then into the double total
     for (int64_t j = c0; j < c1; ++j) {  // the chunk again, from L1
       const float* r = s + j * ps;
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) z[i] += exp_poly(r[i] - m[i]);
+      for (int64_t i = 0; i < n; ++i) zc[i] += exp_poly(r[i] - m[i]);
     }
+    for (int64_t i = 0; i < n; ++i) z[i] += zc[i];
   }
   for (int64_t i = 0; i < n; ++i) lse[i] = double(m[i]) + std::log(z[i]);
 }
@@ -73,7 +75,7 @@ class SoftmaxXentLayer : public Layer {
     k_ = ls.classes, positions_ = ls.positions;
     GDL_REQUIRE(k_ >= 1 && k_ * positions_ == numel(s.in_shapes[0]), "softmax_xent ", s.name,
                 ": input must be (C, H, W) with C >= 1");
-    lse_.resize(s.batch * positions_);
+    lse_hi_.resize(s.batch * positions_), lse_lo_.resize(s.batch * positions_);
     loss_.resize(s.batch * positions_);
   }
   void set_labels(const int32_t* labels) override { labels_ = labels; }
@@ -82,7 +84,7 @@ class SoftmaxXentLayer : public Layer {
     GDL_REQUIRE(labels_, "softmax_xent ", spec_.name, ": no labels (set_labels)");
     const int64_t k = k_, ps = positions_, np = spec_.batch * ps, blocks = (ps + kBlock - 1) / kBlock;
     double* loss = loss_.data();
-    double* lse_saved = lse_.data();
+    float *hi = lse_hi_.data(), *lo = lse_lo_.data();
     bool bad = false;
 #pragma omp parallel for schedule(static) reduction(|| : bad)
     for (int64_t t = 0; t < spec_.batch * blocks; ++t) {  // sample t / blocks, positions p0 .. p0 + len
@@ -98,7 +100,7 @@ class SoftmaxXentLayer : public Layer {
         const bool ok = l >= 0 && l < k;
         bad = bad || !ok;  // log-sum-exp: exact even when the label's probability underflows
         loss[at] = ok ? lse[i] - double(x[0][off + l * ps + i]) : 0.0;
-        lse_saved[at] = lse[i];
+        hi[at] = float(lse[i]), lo[at] = float(lse[i] - double(hi[at]));
       }
     }
     GDL_REQUIRE(!bad, "softmax_xent ", spec_.name, ": a label is outside [0, ", k, ")");
@@ -113,18 +115,17 @@ class SoftmaxXentLayer : public Layer {
     if (!dx[0]) return;
     const int64_t k = k_, ps = positions_, np = spec_.batch * ps, count = in_count();
     const float inv_n = 1.f / float(np);
-    const float* in = x[0];
-    const double* lse = lse_.data();
+    const float *in = x[0], *hi = lse_hi_.data(), *lo = lse_lo_.data();
     float* d = dx[0];
     if (ps == 1) {  // a classifier: row b is sample b's classes
 #pragma omp parallel for simd schedule(static)
-      for (int64_t i = 0; i < count; ++i) d[i] += exp_poly(float(in[i] - lse[i / k])) * inv_n;
+      for (int64_t i = 0; i < count; ++i) d[i] += exp_poly((in[i] - hi[i / k]) - lo[i / k]) * inv_n;
     } else {  // row (b, c): sample b's positions of class c, against their lse
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < count / ps; ++r) {
-        const double* l = lse + (r / k) * ps;
+        const float *h = hi + (r / k) * ps, *l = lo + (r / k) * ps;
 #pragma omp simd
-        for (int64_t i = 0; i < ps; ++i) d[r * ps + i] += exp_poly(float(in[r * ps + i] - l[i])) * inv_n;
+        for (int64_t i = 0; i < ps; ++i) d[r * ps + i] += exp_poly((in[r * ps + i] - h[i]) - l[i]) * inv_n;
       }
     }
     for (int64_t i = 0; i < np; ++i) d[(i / ps) * k * ps + labels_[i] * ps + i % ps] -= inv_n;  // - onehot
@@ -133,7 +134,9 @@ class SoftmaxXentLayer : public Layer {
  private:
   int64_t k_ = 0, positions_ = 1;
   const int32_t* labels_ = nullptr;
-  std::vector<double> lse_;   // log-sum-exp per sample and position, saved for backward
+  // log-sum-exp per sample and position, saved for backward as two floats (hi + lo): the exp's
+  // argument (x - hi) - lo keeps the double's accuracy in float arithmetic, which vectorises
+  std::vector<float> lse_hi_, lse_lo_;
   std::vector<double> loss_;  // per sample and position
 };
 GDL_REGISTER_LAYER("softmax_xent", SoftmaxXentLayer);
