@@ -122,8 +122,9 @@ GDL_REGISTER_LAYER("layernorm", LayerNormLayer);
 
 // Per-position linear (torch.nn.Linear on (B, S, C)): (C, H, W) -> (F, H, W), Y_b = W X_b (+ b),
 // weight [F, C] (+ bias [F]). The batch packed as [C][B*P] (cpu/seq_gemm.h): one GEMM per pass
-// with N (or K) = B*P, as torch's, on the OpenMP threads (gemm_rows); a single position per sample
-// (P = 1) is the fc case, already one GEMM.
+// with N (or K) = B*P, as torch's, on the OpenMP threads (gemm_rows). A single position per sample
+// (P = 1, the fc case) goes the same way: packed, X is X^T, so the GEMM's rows are the F outputs
+// (split over the threads) rather than the batch's few samples.
 class LinearLayer : public Layer {
  public:
   explicit LinearLayer(const LayerSpec& s) : Layer(s) {
@@ -137,18 +138,12 @@ class LinearLayer : public Layer {
     GDL_REQUIRE(s.param_shapes.size() == std::size_t(bias_ ? 2 : 1) && s.param_shapes[0] == (Shape{f_, c_}) &&
                     (!bias_ || s.param_shapes[1] == Shape{f_}),
                 "linear ", s.name, ": param_shapes must be [", f_, ", ", c_, "] (weight)", bias_ ? " then [F] (bias)" : "");
-    if (p_ > 1) xp_.resize(spec_.batch * c_ * p_), yp_.resize(spec_.batch * f_ * p_);
+    xp_.resize(spec_.batch * c_ * p_), yp_.resize(spec_.batch * f_ * p_);
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
     const float* bias = bias_ ? params_[1] : nullptr;
-    if (p == 1) {  // Y[n x F] = X[n x C] W^T (+ b broadcast first, beta = 1)
-      if (bias)
-        for (int64_t r = 0; r < n; ++r) std::copy(bias, bias + f, y + r * f);
-      return gemm_rows(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), bias ? 1.f : 0.f,
-                       y, int(f));
-    }
     pack_seq(x[0], n, c, p, xp_.data());  // Yp[F x nP] = W[F x C] Xp[C x nP], then Y_b = Yp's b-th columns + b
     gemm_rows(false, false, int(f), int(n * p), int(c), 1.f, params_[0], int(c), xp_.data(), int(n * p), 0.f,
               yp_.data(), int(n * p));
@@ -159,9 +154,6 @@ class LinearLayer : public Layer {
                      const std::vector<float*>& dx) override {
     if (!dx[0]) return;
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
-    if (p == 1)  // dX[n x C] += dY[n x F] W
-      return gemm_rows(false, false, int(n), int(c), int(f), 1.f, dy, int(f), params_[0], int(c), 1.f, dx[0],
-                       int(c));
     pack_seq(dy, n, f, p, yp_.data());  // dXp[C x nP] = W^T dYp[F x nP], added to each dX_b
     gemm_rows(true, false, int(c), int(n * p), int(f), 1.f, params_[0], int(c), yp_.data(), int(n * p), 0.f,
               xp_.data(), int(n * p));
@@ -197,7 +189,7 @@ class LinearLayer : public Layer {
  private:
   int64_t c_ = 0, p_ = 0, f_ = 0;
   bool bias_ = true;
-  std::vector<float> xp_, yp_;  // the batch packed [C][B*P] and [F][B*P] (P > 1)
+  std::vector<float> xp_, yp_;  // the batch packed [C][B*P] and [F][B*P]
 };
 GDL_REGISTER_LAYER("linear", LinearLayer);
 
