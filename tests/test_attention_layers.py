@@ -193,18 +193,23 @@ def test_lm_head_bad_shapes():
 
 # ---- softmax_xent per position ---------------------------------------------------------------
 
-@pytest.mark.parametrize("shape", [(11, 5, 1), (7, 3, 2), (4, 1, 1)], ids=["seq", "hw", "classifier"])
-def test_softmax_xent_per_position(shape):
+# blocks: 16 positions at a time (loss.cpp), here 2 full blocks + 8; 2 full blocks of (16, 2);
+# a wide classifier; scale 30 spreads the exp's arguments over [-200, 0] (underflow included)
+@pytest.mark.parametrize("shape,scale", [((11, 5, 1), 4), ((7, 3, 2), 4), ((4, 1, 1), 4), ((37, 40, 1), 30),
+                                         ((300, 16, 2), 4), ((1000, 1, 1), 30)],
+                         ids=["seq", "hw", "classifier", "blocks-tail", "blocks", "wide-classifier"])
+def test_softmax_xent_per_position(shape, scale):
     batch = 3
     c, h, w = shape
     rng = np.random.default_rng(c * h * w)
-    x = rand(rng, batch, c, h, w, scale=4)
+    x = rand(rng, batch, c, h, w, scale=scale)
     labels = rng.integers(0, c, batch * h * w)
     sp = spec("softmax_xent", [shape], (1,))
     y, (dx,), _ = run_layer(_core, sp, batch, [x], np.zeros((batch, 1), np.float32), labels=labels)
     ry, (rdx,), _ = ref.softmax_xent(x.astype(np.float64), labels)
     close(y.reshape(-1), ry, "y")
     close(dx, rdx, "dx")
+    np.testing.assert_allclose(dx, rdx, rtol=0, atol=1e-5 * np.abs(rdx).max(), err_msg="dx, relative to its largest")
     torch = pytest.importorskip("torch")
     xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     loss = torch.nn.functional.cross_entropy(xt, torch.tensor(labels.reshape(batch, h, w)))

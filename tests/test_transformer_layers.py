@@ -107,8 +107,11 @@ def cases():
         add(f"layernorm-{shape[0]}x{shape[1]}-b{batch}", sp, batch, [rand(rng, batch, *shape, scale=2) + 1],
             [gamma, beta], lambda x, dy, g, b, eps=eps: ref.layernorm(x, dy, g, b, eps),
             lambda x, g, b, eps=eps: t_layernorm(x, g, b, eps))
+    # the last three have 128+ rows to split over the threads (cpu/seq_gemm.h gemm_rows): outputs F,
+    # the input gradient's C (op(A) transposed), a single position
     for shape, f, bias, batch in (((6, 5, 1), 7, True, 2), ((5, 1, 1), 4, False, 3), ((4, 3, 2), 3, True, 2),
-                                  ((9, 17, 1), 11, True, 1)):
+                                  ((9, 17, 1), 11, True, 1), ((24, 5, 1), 130, True, 2), ((130, 3, 1), 5, True, 2),
+                                  ((16, 1, 1), 200, True, 3)):
         sp = layer_spec("linear", shape, out_features=f, bias=bias)
         add(f"linear-{'x'.join(map(str, shape))}-f{f}-bias{int(bias)}-b{batch}", sp, batch,
             [rand(rng, batch, *shape)], _params(rng, sp), ref.linear, t_linear)

@@ -7,7 +7,9 @@
 //   P = softmax over keys of Q_h^T K_h / sqrt(dh) (causal: key j > query i masked);
 //   O_h = V_h Pd^T (Pd: P after dropout); Y_b = W_o O_b + b_o.
 // Saved for backward: QKV, P (before dropout; the mask is regenerated), O. The per-head GEMMs run
-// in OpenMP over (batch, head) with single-threaded BLAS; the projections use threaded BLAS.
+// in OpenMP over (batch, head) with single-threaded BLAS; so do the projections (gemm_rows: rows
+// split over the same threads), one GEMM per pass over the batch packed as [rows][B*S]
+// (cpu/seq_gemm.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -17,7 +19,9 @@
 #include "common/dropout.h"
 #include "common/errors.h"
 #include "cpu/blas.h"
+#include "cpu/fast_math.h"
 #include "cpu/layer.h"
+#include "cpu/seq_gemm.h"
 
 namespace gdl::cpu {
 namespace {
@@ -46,34 +50,36 @@ class AttentionLayer : public Layer {
     qkv_.resize(n * 3 * d_ * s_), dqkv_.resize(qkv_.size());
     o_.resize(n * d_ * s_), do_.resize(o_.size());
     p_.resize(n * heads_ * s_ * s_);
+    pa_.resize(n * 3 * d_ * s_), pb_.resize(n * d_ * s_);
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {
-    const int64_t n = spec_.batch, ds = d_ * s_;
-    for (int64_t b = 0; b < n; ++b)  // QKV_b = W_qkv X_b
-      gemm(false, false, int(3 * d_), int(s_), int(d_), 1.f, params_[0], int(d_), x[0] + b * ds, int(s_), 0.f,
-           qkv_.data() + b * 3 * ds, int(s_));
-    if (bias_) add_rows(qkv_.data(), params_[1], 3 * d_);
+    const int64_t n = spec_.batch, ns = n * s_;
+    pack_seq(x[0], n, d_, s_, pb_.data());  // QKV_b = W_qkv X_b (+ b_qkv), one GEMM for the batch
+    gemm_rows(false, false, int(3 * d_), int(ns), int(d_), 1.f, params_[0], int(d_), pb_.data(), int(ns), 0.f,
+              pa_.data(), int(ns));
+    unpack_seq(pa_.data(), n, 3 * d_, s_, bias_ ? params_[1] : nullptr, false, qkv_.data());
     over_heads([&](int64_t b, int64_t h, float* scratch) { head_forward(b, h, scratch); });
-    for (int64_t b = 0; b < n; ++b)  // Y_b = W_o O_b
-      gemm(false, false, int(d_), int(s_), int(d_), 1.f, wo(), int(d_), o_.data() + b * ds, int(s_), 0.f,
-           y + b * ds, int(s_));
-    if (bias_) add_rows(y, params_[3], d_);
+    pack_seq(o_.data(), n, d_, s_, pb_.data());  // Y_b = W_o O_b (+ b_o)
+    gemm_rows(false, false, int(d_), int(ns), int(d_), 1.f, wo(), int(d_), pb_.data(), int(ns), 0.f, pa_.data(),
+              int(ns));
+    unpack_seq(pa_.data(), n, d_, s_, bias_ ? params_[3] : nullptr, false, y);
     dqkv_for_ = nullptr;
   }
 
   // Both backward passes need dQKV: backward_params (which the executors run first) computes it,
   // backward_data reuses it for the same dy once, else computes it itself.
   void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
-    const int64_t n = spec_.batch, ds = d_ * s_;
+    const int64_t n = spec_.batch, ns = n * s_;
     compute_dqkv(dy);
-    float* dwo = grads_[bias_ ? 2 : 1];
-    for (int64_t b = 0; b < n; ++b) {  // dW_o = sum_b dY_b O_b^T; dW_qkv = sum_b dQKV_b X_b^T
-      gemm(false, true, int(d_), int(d_), int(s_), 1.f, dy + b * ds, int(s_), o_.data() + b * ds, int(s_),
-           b ? 1.f : 0.f, dwo, int(d_));
-      gemm(false, true, int(3 * d_), int(d_), int(s_), 1.f, dqkv_.data() + b * 3 * ds, int(s_), x[0] + b * ds,
-           int(s_), b ? 1.f : 0.f, grads_[0], int(d_));
-    }
+    pack_seq(dy, n, d_, s_, pb_.data());  // dW_o = dYp Op^T (K = nS)
+    pack_seq(o_.data(), n, d_, s_, pa_.data());
+    gemm_rows(false, true, int(d_), int(d_), int(ns), 1.f, pb_.data(), int(ns), pa_.data(), int(ns), 0.f,
+              grads_[bias_ ? 2 : 1], int(d_));
+    pack_seq(dqkv_.data(), n, 3 * d_, s_, pa_.data());  // dW_qkv = dQKVp Xp^T
+    pack_seq(x[0], n, d_, s_, pb_.data());
+    gemm_rows(false, true, int(3 * d_), int(d_), int(ns), 1.f, pa_.data(), int(ns), pb_.data(), int(ns), 0.f,
+              grads_[0], int(d_));
     if (bias_) {
       sum_rows(dqkv_.data(), 3 * d_, grads_[1]);
       sum_rows(dy, d_, grads_[3]);
@@ -86,10 +92,11 @@ class AttentionLayer : public Layer {
     if (!dx[0]) return;
     if (dqkv_for_ != dy) compute_dqkv(dy);
     dqkv_for_ = nullptr;
-    const int64_t ds = d_ * s_;
-    for (int64_t b = 0; b < spec_.batch; ++b)  // dX_b += W_qkv^T dQKV_b
-      gemm(true, false, int(d_), int(s_), int(3 * d_), 1.f, params_[0], int(d_), dqkv_.data() + b * 3 * ds, int(s_),
-           1.f, dx[0] + b * ds, int(s_));
+    const int64_t n = spec_.batch, ns = n * s_;
+    pack_seq(dqkv_.data(), n, 3 * d_, s_, pa_.data());  // dXp = W_qkv^T dQKVp, added to each dX_b
+    gemm_rows(true, false, int(d_), int(ns), int(3 * d_), 1.f, params_[0], int(d_), pa_.data(), int(ns), 0.f,
+              pb_.data(), int(ns));
+    unpack_seq(pb_.data(), n, d_, s_, nullptr, true, dx[0]);
   }
 
  private:
@@ -124,10 +131,16 @@ class AttentionLayer : public Layer {
       float* row = p + i * s;
       const int64_t len = causal_ ? i + 1 : s;
       float mx = row[0];
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 1; j < len; ++j) mx = std::max(mx, row[j]);
       double z = 0;
-      for (int64_t j = 0; j < len; ++j) z += row[j] = std::exp(row[j] - mx);
+#pragma omp simd reduction(+ : z)
+      for (int64_t j = 0; j < len; ++j) {
+        row[j] = exp_poly(row[j] - mx);  // fast_math.h: vectorises, unlike std::exp
+        z += row[j];
+      }
       const float inv = float(1.0 / z);
+#pragma omp simd
       for (int64_t j = 0; j < len; ++j) row[j] *= inv;
       for (int64_t j = len; j < s; ++j) row[j] = 0.f;
     }
@@ -144,10 +157,11 @@ class AttentionLayer : public Layer {
   }
 
   void compute_dqkv(const float* dy) {
-    const int64_t ds = d_ * s_;
-    for (int64_t b = 0; b < spec_.batch; ++b)  // dO_b = W_o^T dY_b
-      gemm(true, false, int(d_), int(s_), int(d_), 1.f, wo(), int(d_), dy + b * ds, int(s_), 0.f,
-           do_.data() + b * ds, int(s_));
+    const int64_t n = spec_.batch, ns = n * s_;
+    pack_seq(dy, n, d_, s_, pb_.data());  // dO_b = W_o^T dY_b
+    gemm_rows(true, false, int(d_), int(ns), int(d_), 1.f, wo(), int(d_), pb_.data(), int(ns), 0.f, pa_.data(),
+              int(ns));
+    unpack_seq(pa_.data(), n, d_, s_, nullptr, false, do_.data());
     over_heads([&](int64_t b, int64_t h, float* scratch) { head_backward(b, h, scratch); });
   }
 
@@ -172,8 +186,10 @@ class AttentionLayer : public Layer {
       const float* pr = p + i * s;
       float* r = dp + i * s;
       double dot = 0;
+#pragma omp simd reduction(+ : dot)
       for (int64_t j = 0; j < s; ++j) dot += double(pr[j]) * r[j];
       const float fdot = float(dot);
+#pragma omp simd
       for (int64_t j = 0; j < s; ++j) r[j] = pr[j] * (r[j] - fdot);
     }
     // dQ_h = scale K_h dS^T; dK_h = scale Q_h dS
@@ -181,16 +197,6 @@ class AttentionLayer : public Layer {
     gemm(false, false, int(dh_), int(s), int(s), scale(), q, int(s), dp, int(s), 0.f, dq + ds, int(s));
   }
 
-  // t[b, r, :] += bias[r] for every sample b, r < rows (t: batch x rows x S)
-  void add_rows(float* t, const float* bias, int64_t rows) const {
-    const int64_t total = spec_.batch * rows, s = s_;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < total; ++i) {
-      float* r = t + i * s;
-      const float v = bias[i % rows];
-      for (int64_t j = 0; j < s; ++j) r[j] += v;
-    }
-  }
   // out[r] = sum over samples and positions of t[b, r, :]
   void sum_rows(const float* t, int64_t rows, float* out) const {
     const int64_t n = spec_.batch, s = s_;
@@ -209,6 +215,7 @@ class AttentionLayer : public Layer {
   uint64_t seed_ = 0;
   std::vector<float> qkv_, dqkv_, o_, do_, p_;  // saved activations and backward scratch
   std::vector<float> scratch_;                  // 2 S*S floats per thread
+  std::vector<float> pa_, pb_;                  // packed [rows][B*S] operands of the projections
   const float* dqkv_for_ = nullptr;             // the dy that dqkv_ holds the gradient of
 };
 GDL_REGISTER_LAYER("attention", AttentionLayer);

@@ -4,10 +4,13 @@
 // bind_tied with its gradient, which backward_params OVERWRITES (the embedding adds its own later);
 // parameters are only [vocab] if bias. A tied head never bound (a single-layer benchmark) uses a
 // table of its own: fill_value(kOwnSeed, i) / 8 (common/fill.h), its gradient kept internally.
+// The batch is packed as [D][B*S] and [vocab][B*S] (cpu/seq_gemm.h): one GEMM per pass, the
+// 50257-row table streamed once instead of once per sample, on the OpenMP threads (gemm_rows).
 #include "common/errors.h"
 #include "common/fill.h"
 #include "cpu/blas.h"
 #include "cpu/layer.h"
+#include "cpu/seq_gemm.h"
 
 namespace gdl::cpu {
 namespace {
@@ -31,6 +34,7 @@ class LmHeadLayer : public Layer {
     const char* expect = tied_ ? (bias_ ? "[vocab] (tied)" : "empty (tied)") : (bias_ ? "[vocab, D], [vocab]" : "[vocab, D]");
     GDL_REQUIRE(s.param_shapes == want, "lm_head ", s.name, ": param_shapes must be ", expect, " with vocab = ", v_,
                 ", D = ", d_);
+    xp_.resize(s.batch * d_ * s_), yp_.resize(s.batch * v_ * s_);
     if (tied_) {
       own_.resize(v_ * d_), own_grad_.resize(v_ * d_);
       for (int64_t i = 0; i < v_ * d_; ++i) own_[i] = fill_value(kOwnSeed, uint64_t(i)) * 0.125f;
@@ -44,32 +48,31 @@ class LmHeadLayer : public Layer {
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {
-    const int64_t n = spec_.batch, vs = v_ * s_;
+    const int64_t n = spec_.batch, ns = n * s_;
     const float* b = bias_ ? params_[tied_ ? 0 : 1] : nullptr;
-    if (b) {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n * v_; ++i)
-        for (int64_t j = 0; j < s_; ++j) y[i * s_ + j] = b[i % v_];
-    }
-    for (int64_t k = 0; k < n; ++k)  // Y_k = W X_k (+ the bias already there)
-      gemm(false, false, int(v_), int(s_), int(d_), 1.f, weight(), int(d_), x[0] + k * d_ * s_, int(s_),
-           b ? 1.f : 0.f, y + k * vs, int(s_));
+    pack_seq(x[0], n, d_, s_, xp_.data());  // Yp[V x nS] = W Xp, then Y_k = Yp's k-th columns (+ b)
+    gemm_rows(false, false, int(v_), int(ns), int(d_), 1.f, weight(), int(d_), xp_.data(), int(ns), 0.f,
+              yp_.data(), int(ns));
+    unpack_seq(yp_.data(), n, v_, s_, b, false, y);
   }
 
   void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
                      const std::vector<float*>& dx) override {
     if (!dx[0]) return;
-    for (int64_t k = 0; k < spec_.batch; ++k)  // dX_k += W^T dY_k
-      gemm(true, false, int(d_), int(s_), int(v_), 1.f, weight(), int(d_), dy + k * v_ * s_, int(s_), 1.f,
-           dx[0] + k * d_ * s_, int(s_));
+    const int64_t n = spec_.batch, ns = n * s_;
+    pack_seq(dy, n, v_, s_, yp_.data());  // dXp[D x nS] = W^T dYp, added to each dX_k
+    gemm_rows(true, false, int(d_), int(ns), int(v_), 1.f, weight(), int(d_), yp_.data(), int(ns), 0.f,
+              xp_.data(), int(ns));
+    unpack_seq(xp_.data(), n, d_, s_, nullptr, true, dx[0]);
   }
 
   void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
-    const int64_t n = spec_.batch;
+    const int64_t n = spec_.batch, ns = n * s_;
     float* dw = tied_ ? table_grad_ : grads_[0];
-    for (int64_t k = 0; k < n; ++k)  // dW = sum_k dY_k X_k^T, overwritten
-      gemm(false, true, int(v_), int(d_), int(s_), 1.f, dy + k * v_ * s_, int(s_), x[0] + k * d_ * s_, int(s_),
-           k ? 1.f : 0.f, dw, int(d_));
+    pack_seq(dy, n, v_, s_, yp_.data());  // dW = dYp Xp^T (K = nS), overwritten
+    pack_seq(x[0], n, d_, s_, xp_.data());
+    gemm_rows(false, true, int(v_), int(d_), int(ns), 1.f, yp_.data(), int(ns), xp_.data(), int(ns), 0.f, dw,
+              int(d_));
     if (bias_) {
       float* db = grads_[tied_ ? 0 : 1];
       const int64_t v = v_, s = s_;
@@ -90,6 +93,7 @@ class LmHeadLayer : public Layer {
   bool tied_ = true, bias_ = false;
   float *table_ = nullptr, *table_grad_ = nullptr;  // tied: the embedding's table, or own_
   std::vector<float> own_, own_grad_;               // the table of a tied head never bound
+  std::vector<float> xp_, yp_;                      // the batch packed: [D][B*S], [vocab][B*S]
 };
 GDL_REGISTER_LAYER("lm_head", LmHeadLayer);
 

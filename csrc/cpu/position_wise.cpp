@@ -9,7 +9,9 @@
 
 #include "common/errors.h"
 #include "cpu/blas.h"
+#include "cpu/fast_math.h"
 #include "cpu/layer.h"
+#include "cpu/seq_gemm.h"
 
 namespace gdl::cpu {
 namespace {
@@ -119,8 +121,10 @@ class LayerNormLayer : public Layer {
 GDL_REGISTER_LAYER("layernorm", LayerNormLayer);
 
 // Per-position linear (torch.nn.Linear on (B, S, C)): (C, H, W) -> (F, H, W), Y_b = W X_b (+ b),
-// weight [F, C] (+ bias [F]). One GEMM per sample; a single position per sample (P = 1) is the
-// fc case, one GEMM for the batch.
+// weight [F, C] (+ bias [F]). The batch packed as [C][B*P] (cpu/seq_gemm.h): one GEMM per pass
+// with N (or K) = B*P, as torch's, on the OpenMP threads (gemm_rows). A single position per sample
+// (P = 1, the fc case) goes the same way: packed, X is X^T, so the GEMM's rows are the F outputs
+// (split over the threads) rather than the batch's few samples.
 class LinearLayer : public Layer {
  public:
   explicit LinearLayer(const LayerSpec& s) : Layer(s) {
@@ -134,42 +138,37 @@ class LinearLayer : public Layer {
     GDL_REQUIRE(s.param_shapes.size() == std::size_t(bias_ ? 2 : 1) && s.param_shapes[0] == (Shape{f_, c_}) &&
                     (!bias_ || s.param_shapes[1] == Shape{f_}),
                 "linear ", s.name, ": param_shapes must be [", f_, ", ", c_, "] (weight)", bias_ ? " then [F] (bias)" : "");
+    xp_.resize(spec_.batch * c_ * p_), yp_.resize(spec_.batch * f_ * p_);
   }
 
   void forward(const std::vector<const float*>& x, float* y) override {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
-    if (bias_) {  // y = b broadcast over positions, then the GEMM adds (beta = 1)
-      const float* bias = params_[1];
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < n * f; ++r) std::fill(y + r * p, y + (r + 1) * p, bias[r % f]);
-    }
-    const float beta = bias_ ? 1.f : 0.f;
-    if (p == 1)  // Y[n x F] = X[n x C] W^T
-      return gemm(false, true, int(n), int(f), int(c), 1.f, x[0], int(c), params_[0], int(c), beta, y, int(f));
-    for (int64_t b = 0; b < n; ++b)  // Y_b[F x P] = W[F x C] X_b[C x P]
-      gemm(false, false, int(f), int(p), int(c), 1.f, params_[0], int(c), x[0] + b * c * p, int(p), beta,
-           y + b * f * p, int(p));
+    const float* bias = bias_ ? params_[1] : nullptr;
+    pack_seq(x[0], n, c, p, xp_.data());  // Yp[F x nP] = W[F x C] Xp[C x nP], then Y_b = Yp's b-th columns + b
+    gemm_rows(false, false, int(f), int(n * p), int(c), 1.f, params_[0], int(c), xp_.data(), int(n * p), 0.f,
+              yp_.data(), int(n * p));
+    unpack_seq(yp_.data(), n, f, p, bias, false, y);
   }
 
   void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
                      const std::vector<float*>& dx) override {
     if (!dx[0]) return;
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
-    if (p == 1)  // dX[n x C] += dY[n x F] W
-      return gemm(false, false, int(n), int(c), int(f), 1.f, dy, int(f), params_[0], int(c), 1.f, dx[0], int(c));
-    for (int64_t b = 0; b < n; ++b)  // dX_b[C x P] += W^T dY_b[F x P]
-      gemm(true, false, int(c), int(p), int(f), 1.f, params_[0], int(c), dy + b * f * p, int(p), 1.f,
-           dx[0] + b * c * p, int(p));
+    pack_seq(dy, n, f, p, yp_.data());  // dXp[C x nP] = W^T dYp[F x nP], added to each dX_b
+    gemm_rows(true, false, int(c), int(n * p), int(f), 1.f, params_[0], int(c), yp_.data(), int(n * p), 0.f,
+              xp_.data(), int(n * p));
+    unpack_seq(xp_.data(), n, c, p, nullptr, true, dx[0]);
   }
 
   void backward_params(const std::vector<const float*>& x, const float* y, const float* dy) override {
     const int64_t c = c_, p = p_, f = f_, n = spec_.batch;
     if (p == 1) {  // dW[F x C] = dY^T X
-      gemm(true, false, int(f), int(c), int(n), 1.f, dy, int(f), x[0], int(c), 0.f, grads_[0], int(c));
-    } else {
-      for (int64_t b = 0; b < n; ++b)  // dW += dY_b[F x P] X_b^T, the first sample overwriting
-        gemm(false, true, int(f), int(c), int(p), 1.f, dy + b * f * p, int(p), x[0] + b * c * p, int(p),
-             b ? 1.f : 0.f, grads_[0], int(c));
+      gemm_rows(true, false, int(f), int(c), int(n), 1.f, dy, int(f), x[0], int(c), 0.f, grads_[0], int(c));
+    } else {  // dW[F x C] = dYp[F x nP] Xp^T: one GEMM with K = nP
+      pack_seq(dy, n, f, p, yp_.data());
+      pack_seq(x[0], n, c, p, xp_.data());
+      gemm_rows(false, true, int(f), int(c), int(n * p), 1.f, yp_.data(), int(n * p), xp_.data(), int(n * p), 0.f,
+                grads_[0], int(c));
     }
     if (!bias_) return;
     float* db = grads_[1];
@@ -190,29 +189,10 @@ class LinearLayer : public Layer {
  private:
   int64_t c_ = 0, p_ = 0, f_ = 0;
   bool bias_ = true;
+  std::vector<float> xp_, yp_;  // the batch packed [C][B*P] and [F][B*P]
 };
 GDL_REGISTER_LAYER("linear", LinearLayer);
 
-// exp(x) in float arithmetic only, so that the loops below vectorise (libm's expf, erff and tanhf
-// are scalar calls here): Cephes' expf polynomial after x = n ln2 + r, about 2 ulp; 0 below -87.3,
-// saturating at e^88.3 above (its callers only divide by it or multiply it by a small number).
-inline float exp_poly(float x) {
-  const float xc = std::min(std::max(x, -87.3f), 88.3f);
-  // n = round(x / ln2) by the 1.5 * 2^23 trick (std::floor would be a call that stops vectorising)
-  const float n = (xc * 1.44269504088896341f + 12582912.f) - 12582912.f;
-  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.f;
-  const int32_t bits = (int32_t(n) + 127) << 23;  // 2^n, n in [-126, 127]
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -87.3f ? 0.f : p * scale;
-}
 // tanh(u) = 1 - 2 / (e^{2u} + 1): absolute error about 1e-7.
 inline float tanh_poly(float u) { return 1.f - 2.f / (exp_poly(2.f * u) + 1.f); }
 // The normal CDF Phi(v) = erfc(-v / sqrt 2) / 2, with Numerical Recipes' erfc (erfcc: fractional
