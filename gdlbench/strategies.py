@@ -218,10 +218,10 @@ def fused(s: Strategy, bucket_bytes: int) -> Strategy:
 
 def get_strategies(text: str, bucket_bytes: int | None = None, servers: int | None = None) -> list[Strategy]:
     """'all', one preset name, or a comma-separated list (an item ending in .json is a user's
-    strategy file, see load_strategy). bucket_bytes / servers override the presets that fuse /
+    strategy file, see load_strategy; 'all' and 'sharded' stand for their groups, each name once). bucket_bytes / servers override the presets that fuse /
     use servers."""
-    names = list(PRESETS) if text.strip() == "all" else split_list(text, "--strategy")
-    names = [n for name in names for n in (SHARDED if name == "sharded" else [name])]  # 'sharded': all four
+    groups = {"all": list(PRESETS), "sharded": list(SHARDED)}  # each may stand in a list: all,sharded
+    names = list(dict.fromkeys(n for name in split_list(text, "--strategy") for n in groups.get(name, [name])))
     if not names:
         raise UsageError("--strategy: give a preset name, a comma-separated list or 'all'")
     out = []

@@ -19,7 +19,7 @@ from gdlbench.model import (
     shard_units,
 )
 from gdlbench.network import load_network
-from gdlbench.strategies import SHARDED, get_strategies
+from gdlbench.strategies import PRESETS, SHARDED, get_strategies
 
 GPT = load_network("gpt2-small:seq=64")
 PSI = 124_439_808  # parameters
@@ -126,6 +126,8 @@ def test_sharded_strategies_are_named_not_in_all():
     assert {s.name for s in get_strategies("sharded")} == set(SHARDED)
     assert [s.name for s in get_strategies("wfbp,sharded")] == ["wfbp", *SHARDED]
     assert not {s.name for s in get_strategies("all")} & set(SHARDED)
+    both = [s.name for s in get_strategies("all,sharded,wfbp")]  # groups inside a list, each name once
+    assert both == [*PRESETS, *SHARDED] and len(both) == len(set(both))
     assert "ZeRO" in SHARDED["zero3"].source and "FSDP" in SHARDED["fsdp"].source
     assert "reduce-scatter" in SHARDED["zero2"].describe()
 
