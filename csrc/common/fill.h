@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/errors.h"
 #include "common/layer_spec.h"
 
 #if defined(__CUDACC__)
@@ -83,6 +84,23 @@ inline void fill_token_ids(float* ids, int64_t count, int64_t vocab) {
   for (int64_t i = 0; i < count; ++i) ids[i] = static_cast<float>((i * 7919 + 13) % v);
 }
 inline bool reads_token_ids(const LayerSpec& s) { return s.type == "embedding"; }
+
+// The net's embedding when its data are token ids (a language model), else nullptr; a data input
+// that feeds an embedding and another layer at once is refused. Both executors fill their data by it.
+inline const LayerSpec* token_input(const std::vector<LayerSpec>& specs) {
+  const LayerSpec* embedding = nullptr;
+  bool other = false;
+  for (const auto& s : specs)
+    for (int j : s.inputs) {
+      if (j >= 0) continue;
+      if (reads_token_ids(s))
+        embedding = &s;
+      else
+        other = true;
+    }
+  GDL_REQUIRE(!(embedding && other), "the data feeds an embedding (token ids) and other layers (values) at once");
+  return embedding;
+}
 
 // The next iteration's labels: every sample's class moves on by one. An SGD iteration trains on a
 // new batch; trained again and again on one (input, label) batch, a net memorizes it within tens

@@ -103,22 +103,24 @@ class CommThread {
   std::thread worker_;  // last: starts after every other member exists
 };
 
-}  // namespace
-
-const LayerSpec* token_input(const std::vector<LayerSpec>& specs) {
-  const LayerSpec* embedding = nullptr;
-  bool other = false;
-  for (const auto& s : specs)
-    for (int j : s.inputs) {
-      if (j >= 0) continue;
-      if (reads_token_ids(s))
-        embedding = &s;
-      else
-        other = true;
-    }
-  GDL_REQUIRE(!(embedding && other), "the data feeds an embedding (token ids) and other layers (values) at once");
-  return embedding;
+// The end of a timed run: the last read waited for (its end is then known), the samples' max over
+// ranks, the last iteration's trace with its messages' and read's stamps.
+std::vector<double> finish_run(std::vector<double> samples, MPI_Comm comm, BatchLoader& loader,
+                               const CommThread& comm_thread, IterationTrace& trace, clock_type::time_point t0,
+                               IterationTrace* last_trace) {
+  loader.wait();
+  comm::Watchdog::kick();
+  comm::max_over_ranks(samples, comm);
+  if (last_trace) {
+    trace.message_start = comm_thread.starts();
+    trace.message_end = comm_thread.ends();
+    loader.stamp(trace, t0);
+    *last_trace = trace;
+  }
+  return samples;
 }
+
+}  // namespace
 
 Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(specs, batch, make_layer) {
   // Buffers, touched (zeroed or filled) here so no page fault lands in a timed region.
@@ -246,16 +248,7 @@ std::vector<double> Net::time_iteration(const TimingPlan& plan, const std::vecto
     trace.update_end = trace.end = us_since(t0);
     if (it >= plan.warmup) samples.push_back(trace.update_end);
   }
-  loader.wait();  // the last read is done: its end is known
-  comm::Watchdog::kick();
-  comm::max_over_ranks(samples, comm);
-  if (last_trace) {
-    trace.message_start = comm_thread.starts();
-    trace.message_end = comm_thread.ends();
-    loader.stamp(trace, t0);
-    *last_trace = trace;
-  }
-  return samples;
+  return finish_run(std::move(samples), comm, loader, comm_thread, trace, t0, last_trace);
 }
 
 void Net::copy_batch() {
@@ -352,16 +345,7 @@ std::vector<double> Net::time_sharded(const TimingPlan& plan, const std::vector<
     trace.end = us_since(t0);
     if (it >= plan.warmup) samples.push_back(trace.end);
   }
-  loader.wait();
-  comm::Watchdog::kick();
-  comm::max_over_ranks(samples, comm);
-  if (last_trace) {
-    trace.message_start = comm_thread.starts();
-    trace.message_end = comm_thread.ends();
-    loader.stamp(trace, t0);
-    *last_trace = trace;
-  }
-  return samples;
+  return finish_run(std::move(samples), comm, loader, comm_thread, trace, t0, last_trace);
 }
 
 std::vector<double> Net::time_contention(const std::vector<Message>& msgs, const AllreduceFn& allreduce,

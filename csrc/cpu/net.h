@@ -35,10 +35,6 @@ struct CommOps {
   AllreduceFn allgather;
 };
 
-// The net's embedding when its data are token ids (a language model), else nullptr; a data input
-// that feeds an embedding and another layer at once is refused.
-const LayerSpec* token_input(const std::vector<LayerSpec>& specs);
-
 class Net : public LayerGraph<float> {
  public:
   Net(std::vector<LayerSpec> specs, int batch);

@@ -1,7 +1,8 @@
 // The per-position layers of a transformer block (gdlbench/network.py's docstring): layernorm,
-// linear, gelu and tanh. A sequence is the per-sample shape (D, S, 1), features-major: sample b,
-// feature d, position s at (b * D + d) * S + s, so a position's features are S floats apart and a
-// per-position linear is one GEMM per sample, W[F, D] @ X_b[D, S].
+// linear and gelu (tanh: activations.cpp). A sequence is the per-sample shape (D, S, 1),
+// features-major: sample b, feature d, position s at (b * D + d) * S + s, so a position's features
+// are S floats apart and a per-position linear is W[F, D] @ X_b[D, S] (the batch packed as one
+// GEMM: cpu/seq_gemm.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -265,30 +266,6 @@ class GeluLayer : public Layer {
   bool tanh_ = false;
 };
 GDL_REGISTER_LAYER("gelu", GeluLayer);
-
-// tanh, element-wise; backward from the output: dx += dy (1 - y^2).
-class TanhLayer : public Layer {
- public:
-  explicit TanhLayer(const LayerSpec& s) : Layer(s) {
-    GDL_REQUIRE(s.in_shapes.size() == 1 && numel(s.in_shapes[0]) == numel(s.out_shape), "tanh ", s.name,
-                ": out_shape must have as many elements as the input");
-  }
-  void forward(const std::vector<const float*>& x, float* y) override {
-    const float* in = x[0];
-    const int64_t n = out_count();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(in[i]);
-  }
-  void backward_data(const std::vector<const float*>& x, const float* y, const float* dy,
-                     const std::vector<float*>& dx) override {
-    if (!dx[0]) return;
-    float* g = dx[0];
-    const int64_t n = out_count();
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; ++i) g[i] += dy[i] * (1.f - y[i] * y[i]);
-  }
-};
-GDL_REGISTER_LAYER("tanh", TanhLayer);
 
 }  // namespace
 }  // namespace gdl::cpu

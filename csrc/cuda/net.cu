@@ -47,22 +47,6 @@ std::vector<LayerSpec>& searching(std::vector<LayerSpec>& specs) {
   return specs;
 }
 
-// The net's embedding when its data are token ids (a language model), else nullptr; a data input
-// that feeds an embedding and another layer at once is refused (cpu/net.cpp's rule).
-const LayerSpec* token_input(const std::vector<LayerSpec>& specs) {
-  const LayerSpec* embedding = nullptr;
-  bool other = false;
-  for (const auto& s : specs)
-    for (int j : s.inputs) {
-      if (j >= 0) continue;
-      if (reads_token_ids(s))
-        embedding = &s;
-      else
-        other = true;
-    }
-  GDL_REQUIRE(!(embedding && other), "the data feeds an embedding (token ids) and other layers (values) at once");
-  return embedding;
-}
 }  // namespace
 
 Net::Net(std::vector<LayerSpec> specs, int batch) : LayerGraph(searching(specs), batch, make_layer) {
