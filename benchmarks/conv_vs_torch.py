@@ -18,7 +18,8 @@ import argparse
 import json
 import os
 import sys
-import time
+
+from peer_timing import time_host  # the peer on the host clock, as gdlbench's steady_clock
 
 _BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -91,16 +92,6 @@ def main() -> int:
         target = x if pass_ == "bwd-data" else w
         return lambda: torch.autograd.grad(y, target, dy, retain_graph=True)
 
-    def time_torch(op, warmup: int, iters: int) -> list[float]:
-        for _ in range(warmup):
-            op()
-        out = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            op()
-            out.append((time.perf_counter() - t0) * 1e6)
-        return out
-
     # Paired samples: within a round, one gdlbench call and one torch call alternate (the order
     # flips each time), so a slow phase of the machine lands on both alike.
     samples: dict[tuple[str, str, str], list[float]] = {}
@@ -110,11 +101,11 @@ def main() -> int:
             for pass_ in passes:
                 top = torch_op(sh, pass_)
                 bench.time(pass_, args.warmup, 1)
-                time_torch(top, args.warmup, 1)
+                time_host(top, args.warmup, 1)
                 for i in range(args.iters):
                     order = ("gdlbench", "torch") if (i + rnd) % 2 == 0 else ("torch", "gdlbench")
                     for who in order:
-                        got = bench.time(pass_, 0, 1) if who == "gdlbench" else time_torch(top, 0, 1)
+                        got = bench.time(pass_, 0, 1) if who == "gdlbench" else time_host(top, 0, 1)
                         samples.setdefault((name, pass_, who), []).extend(got)
         print(f"round {rnd + 1}/{args.rounds} done (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
 

@@ -1,5 +1,7 @@
-"""How the GPU comparison scripts (benchmarks/*_gpu.py) time their PyTorch peer, so that it is timed
-as gdlbench is and fed what gdlbench is fed.
+"""How the comparison scripts time their PyTorch peer, so that it is timed as gdlbench is and fed
+what gdlbench is fed. On the CPU (conv_vs_torch.py, transformer_layers_vs_torch.py): `time_host`,
+time.perf_counter (CLOCK_MONOTONIC, as gdlbench's steady_clock) around each call. On the GPU
+(benchmarks/*_gpu.py), below.
 
 gdlbench times a GPU op with CUDA events on its stream: warm-up, then every call queued back to
 back with no synchronisation between calls (cuda/cuda_timer.h); a sample is the device time
@@ -22,8 +24,22 @@ can read the peer's tensors (GEMM through raw pointers) both also run on the pee
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
+
+
+def time_host(op: Callable[[], object], warmup: int, iters: int) -> list[float]:
+    """`iters` samples (us) of op() on the host clock, each one call, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        op()
+    out = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        op()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
 
 METHODS = {
     "graph": "{calls} calls captured in one CUDA graph, one event pair per replay (per call: span / {calls})",

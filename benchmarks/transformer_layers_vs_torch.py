@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from peer_timing import time_host  # the peer on the host clock, as gdlbench's steady_clock
+
 PASSES = ("fwd", "bwd")
 
 
@@ -148,17 +150,6 @@ def torch_passes(torch: Any, spec: dict[str, Any], batch: int) -> dict[str, Call
     return {"fwd": fwd, "bwd": lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True)}
 
 
-def time_call(op: Callable[[], Any], warmup: int, iters: int) -> list[float]:
-    for _ in range(warmup):
-        op()
-    out = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        op()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return out
-
-
 def measure(cases: list[Case], args: argparse.Namespace) -> dict[tuple[str, str, str], list[float]]:
     """Paired samples: per layer and pass, one gdlbench call and one torch call alternate (the order
     flipping each time), so that a slow phase of the machine lands on both alike."""
@@ -172,11 +163,11 @@ def measure(cases: list[Case], args: argparse.Namespace) -> dict[tuple[str, str,
             tops = torch_passes(torch, case.spec, args.batch)
             for pass_ in PASSES:
                 bench.time(pass_, args.warmup, 1)
-                time_call(tops[pass_], args.warmup, 1)
+                time_host(tops[pass_], args.warmup, 1)
                 for i in range(args.iters):
                     order = ("gdlbench", "torch") if (i + rnd) % 2 == 0 else ("torch", "gdlbench")
                     for who in order:
-                        got = bench.time(pass_, 0, 1) if who == "gdlbench" else time_call(tops[pass_], 0, 1)
+                        got = bench.time(pass_, 0, 1) if who == "gdlbench" else time_host(tops[pass_], 0, 1)
                         samples.setdefault((case.key, pass_, who), []).extend(got)
             del bench, tops
         print(f"round {rnd + 1}/{args.rounds} done (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)

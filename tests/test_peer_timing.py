@@ -123,3 +123,9 @@ def test_the_comparison_scripts_stop_in_one_line_without_a_gpu(script):
                        timeout=120, cwd=NEUTRAL_CWD)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert len(p.stderr.strip().splitlines()) == 1 and "GPU" in p.stderr, p.stderr
+
+
+def test_time_host_times_each_call_after_the_warm_up():
+    calls = []
+    samples = peer_timing.time_host(lambda: calls.append(1), warmup=2, iters=3)
+    assert len(calls) == 5 and len(samples) == 3 and all(s >= 0 for s in samples)
