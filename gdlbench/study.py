@@ -37,8 +37,7 @@ from typing import Any
 from . import __version__, env
 from .collectives import fit_sweep_for_messages
 from .errors import UsageError
-from .iteration import default_batch
-from .model import Span, hidden_us
+from .iteration import default_batch, traced_breakdown
 from .network import load_network
 from .paths import write_atomic
 from .prediction import CommSource, PredictRequest, evaluate, number_text
@@ -503,23 +502,15 @@ def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
 
 
 def measured_breakdown(tl: Mapping[str, Any]) -> dict[str, float]:
-    """Exposed time of each phase in a measured iteration (its spans, as the executor traced them;
-    the prefetch thread's read of the next batch is hidden, the wait for it is not)."""
-    spans: list[Span] = tl["timeline"]
+    """Exposed time of each phase in a measured iteration (gdlbench.iteration.traced_breakdown)."""
+    return traced_breakdown(dict(tl))
 
-    def lane_end(lane: str) -> float:
-        return max((s["end_us"] for s in spans if s["lane"] == lane), default=0.0)
 
-    def lane_sum(lane: str) -> float:
-        return sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == lane)
+def median_breakdown(ranks: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's median over the ranks' breakdowns of the same traced round."""
+    import numpy as np
 
-    io = sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == "io" and "prefetch thread" not in s["name"])
-    return {"io": io, "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
-            # comm_exposed_us of a trace: the wait after its (slowed) backward, comm_wait_us of the model
-            "backward": lane_sum("backward"), "comm": max(0.0, tl["comm_exposed_us"]),
-            "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update"),
-            "comm_hidden": hidden_us([(s["start_us"], s["end_us"]) for s in spans if s["lane"] == "comm"],
-                                     lane_end("backward"))}
+    return {k: float(np.median([b[k] for b in ranks])) for k in ranks[0]}
 
 
 def bound_by(parts: dict[str, float]) -> tuple[str, float]:
@@ -662,6 +653,7 @@ def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[
     summary = doc["summary"]
     meas = summary["measured_us"][s.name]
     tl = summary.get("measured_timelines", {}).get(s.name)
+    by_rank = summary.get("measured_breakdowns_by_rank", {}).get(s.name)
     row: dict[str, Any] = next((r for r in doc["rows"]
                                 if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
     return {"strategy": s.name, "workers": n_meas, "measured_us": meas,
@@ -676,6 +668,10 @@ def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[
             "predicted_breakdown_us": breakdown_of(pred),
             "predicted_comm_us": pred["comm_us"], "predicted_comm_hidden_us": pred["comm_hidden_us"],
             "measured_breakdown_us": measured_breakdown(tl) if tl else None,
+            # the components' measured side: each phase's median over the ranks (a cell made before
+            # every rank's breakdown was kept: rank 0's, measured_breakdown_us)
+            "measured_breakdown_ranks_us": median_breakdown(by_rank) if by_rank else None,
+            "measured_breakdown_ranks": len(by_rank) if by_rank else 1,
             "traced_round": traced_round(row.get("samples_us") or [meas], tl),
             "predict_command": request.command()}
 
@@ -700,14 +696,17 @@ def components_of(parts: Mapping[str, float], hidden: float) -> dict[str, float]
 def component_row(c: Mapping[str, Any]) -> dict[str, Any]:
     """One compare row's components, measured (its traced round) against predicted; a component
     whose |difference| exceeds COMPONENT_THRESHOLD_PCT of the measured iteration did not validate."""
-    mb, ref = c["measured_breakdown_us"], c["measured_us"]
+    mb, ref = c.get("measured_breakdown_ranks_us") or c["measured_breakdown_us"], c["measured_us"]
     measured = components_of(mb, mb["comm_hidden"])
     predicted = components_of(c["predicted_breakdown_us"], c["predicted_comm_hidden_us"])
     parts = {k: {"measured_us": measured[k], "predicted_us": predicted[k], "diff_us": predicted[k] - measured[k],
                  "diff_pct": 100 * (predicted[k] - measured[k]) / ref,
                  "validated": abs(predicted[k] - measured[k]) <= COMPONENT_THRESHOLD_PCT / 100 * ref}
              for k in COMPONENTS}
+    ranks = c.get("measured_breakdown_ranks", 1) if c.get("measured_breakdown_ranks_us") else 1
     return {"strategy": c["strategy"], "workers": c["workers"], "measured_us": ref, "error_pct": c["error_pct"],
+            "measured_from": (f"the traced median round, each phase the median over {ranks} ranks" if ranks > 1
+                              else "the traced median round, rank 0"),
             "predicted_comm_us": c["predicted_comm_us"], "components": parts,
             "failed": [k for k, p in parts.items() if not p["validated"]]}
 

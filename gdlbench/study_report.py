@@ -580,8 +580,9 @@ def _components(doc: Doc, base: str, na: Mapping[str, Any]) -> None:
     doc.add(Heading(4, "The model's components against the measured ones"))
     doc.add(Para(["A total can agree while its parts do not. Per strategy: ",
                   "; ".join(f"{COMPONENT_LABELS[k]}: {what}" for k, what in comp["components"].items()),
-                  ". Measured: the traced round (rank 0: its wait for the messages includes any time it waits "
-                  "for a slower rank, whose I/O, say, then shows here as communication); predicted: the model's "
+                  f". Measured: {comp['rows'][0].get('measured_from', 'the traced median round, rank 0')} (a "
+                  "rank's wait for the messages includes any time it waits for a slower rank, whose I/O, say, "
+                  "then shows here as communication); predicted: the model's "
                   "schedule at the measured scale, read the same way. A component whose |predicted - measured| is over ", threshold,
                   " of the measured iteration did not validate (flagged), even where the total agrees."]))
     rows: list[list[Part]] = []
@@ -637,7 +638,7 @@ def _validation(doc: Doc, v: Mapping[str, Any], n: int) -> None:
     traced = {r["strategy"]: (j, r) for j, r in enumerate(comp["rows"])}
     for i, c in enumerate(v["compare"]):
         p = f"{p0}/compare/{i}"
-        row: list[Part] = [c["strategy"], v["shape"], _ms(c["measured_us"], f"{p}/measured_us"),
+        row: list[Part] = [c["strategy"], _ms(c["measured_us"], f"{p}/measured_us"),
                            Num(c.get("measured_se_us"), f"{p}/measured_se_us", "± {:.1f}", 1e-3, " ms"),
                            _ms(c["predicted_us"], f"{p}/predicted_us"), _pct(c["error_pct"], f"{p}/error_pct")]
         if c["strategy"] not in traced:  # no traced round: no components
@@ -647,11 +648,12 @@ def _validation(doc: Doc, v: Mapping[str, Any], n: int) -> None:
         row += [_pct(r["components"][k]["diff_pct"], f"{p0}/components/rows/{j}/components/{k}/diff_pct")
                 for k in COMPONENT_LABELS]
         rows.append(row + [", ".join(COMPONENT_LABELS[k] for k in r["failed"]) + " FLAGGED" if r["failed"] else "ok"])
-    doc.add(Table(["strategy", "measured on", "measured", "± se", "predicted", "error",
+    source = comp["rows"][0]["measured_from"] if comp["rows"] and "measured_from" in comp["rows"][0] else "rank 0"
+    doc.add(Table(["strategy", "measured", "± se", "predicted", "error",
                    *(f"{label} error" for label in COMPONENT_LABELS.values()), "components"], rows,
                   "measured: median composed iteration over the run's rounds, max over ranks; predicted: "
                   "`gdlbench predict --cluster` with this study's phases; component errors: predicted - measured "
-                  "over the measured iteration (the traced median round, rank 0)"))
+                  f"over the measured iteration ({source})"))
     doc.add(Details("the prediction for each strategy, as a command (run it in the study's directory)",
                     list(v["predict_commands"].values())))
 
