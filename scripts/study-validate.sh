@@ -40,9 +40,9 @@ while [ $# -gt 0 ]; do
     *) echo "study-validate: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+[ -z "$iters" ] || [[ "$iters" =~ ^[1-9][0-9]*$ ]] || { echo "study-validate: --iters must be >= 1" >&2; exit 2; }
 [ -n "$study" ] && [ -f "$study/study.json" ] || { echo "study-validate: --study DIR must hold a study.json" >&2; exit 2; }
 [ -n "$net" ] || { echo "study-validate: --net NET (one of the study's nets)" >&2; exit 2; }
-[ -z "$iters" ] || [[ "$iters" =~ ^[1-9][0-9]*$ ]] || { echo "study-validate: --iters must be >= 1" >&2; exit 2; }
 if [ -z "$mpiexec" ]; then
   mpiexec=$(dirname "$(command -v python3)")/mpiexec
   [ -x "$mpiexec" ] || mpiexec=$(command -v mpiexec || true)
