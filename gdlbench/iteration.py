@@ -46,7 +46,7 @@ from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
 from .hostmem import require_device, require_host
 from .measurement import Measurement, check_timing
-from .model import Phases, Prediction, Span, message_label, predict_iteration
+from .model import Phases, Prediction, Span, hidden_us, message_label, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .model import plan_sharded as model_plan_sharded
 from .network import Network, load_network
@@ -336,12 +336,12 @@ class StrategyRun:
     def predicted_us(self) -> float:
         return self.prediction.t_iter_us
 
-    def measured_timeline(self, layer_names: list[str]) -> SimpleNamespace:
-        """Rank 0's traced iteration as spans, in the shape plots.plot_timeline draws (the
-        spans the Chrome trace holds: gdlbench.trace.iteration_spans)."""
+    def measured_timeline(self, layer_names: list[str], rank: int = 0) -> SimpleNamespace:
+        """A rank's (default 0) traced iteration as spans, in the shape plots.plot_timeline draws
+        (the spans the Chrome trace holds: gdlbench.trace.iteration_spans)."""
         from .trace import iteration_spans
 
-        t = self.trace
+        t = self.traces[rank]
         spans: list[Span] = [{"lane": sp["lane"], "name": sp["name"], "start_us": sp["start_us"],
                               "end_us": sp["end_us"]}
                              for sp in iteration_spans(t, layer_names, self.plan.layers, self.plan.labels)
@@ -353,6 +353,30 @@ class StrategyRun:
     @property
     def error_pct(self) -> float:
         return 100.0 * (self.predicted_us - self.composed.median) / self.composed.median
+
+    def breakdowns(self, layer_names: list[str]) -> list[dict[str, float]]:
+        """Every rank's traced iteration (the median round) as exposed phases (traced_breakdown)."""
+        return [traced_breakdown(vars(self.measured_timeline(layer_names, r))) for r in range(len(self.traces))]
+
+
+def traced_breakdown(tl: dict[str, Any]) -> dict[str, float]:
+    """Exposed time of each phase in a traced iteration (measured_timeline's spans; the prefetch
+    thread's read of the next batch is hidden, the wait for it is not)."""
+    spans: list[Span] = tl["timeline"]
+
+    def lane_end(lane: str) -> float:
+        return max((s["end_us"] for s in spans if s["lane"] == lane), default=0.0)
+
+    def lane_sum(lane: str) -> float:
+        return sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == lane)
+
+    io = sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == "io" and "prefetch thread" not in s["name"])
+    return {"io": io, "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
+            # comm_exposed_us of a trace: the wait after its (slowed) backward, comm_wait_us of the model
+            "backward": lane_sum("backward"), "comm": max(0.0, tl["comm_exposed_us"]),
+            "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update"),
+            "comm_hidden": hidden_us([(s["start_us"], s["end_us"]) for s in spans if s["lane"] == "comm"],
+                                     lane_end("backward"))}
 
 
 @dataclass

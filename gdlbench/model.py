@@ -741,17 +741,21 @@ def _io_exposure(phases: Phases, strategy: Strategy, compute_us: float) -> tuple
     return io_exposed, t_iter, min(beside, io_exposed) if strategy.io_prefetch else 0.0
 
 
-def _batch_spans(strategy: Strategy, t_io: float, t_h2d: float, io_exposed: float) -> tuple[list[Span], float]:
-    """The read and copy of the batch on the timeline, and when forward starts."""
+def _batch_spans(strategy: Strategy, t_io: float, t_h2d: float, io_exposed: float,
+                 io_beside: float = 0.0) -> tuple[list[Span], float]:
+    """The read and copy of the batch on the timeline, and when forward starts. Of a prefetched
+    read's exposed time, io_beside (what it costs the compute beside it) is not a wait: forward
+    runs that much slower (_pass_spans), as a trace shows it; the rest is the wait for the batch."""
     tl: list[Span] = []
     t0 = 0.0
     if strategy.io_prefetch:
-        if io_exposed > 0:
-            tl.append({"lane": "io", "name": "wait for the prefetched batch", "start_us": 0.0, "end_us": io_exposed})
+        wait = io_exposed - io_beside
+        if wait > 0:
+            tl.append({"lane": "io", "name": "wait for the prefetched batch", "start_us": 0.0, "end_us": wait})
         if t_io > 0:
             tl.append({"lane": "io", "name": "read the next batch (prefetch thread)",
-                       "start_us": io_exposed + t_h2d, "end_us": io_exposed + t_h2d + t_io})
-        t0 = io_exposed
+                       "start_us": wait + t_h2d, "end_us": wait + t_h2d + t_io})
+        t0 = wait
     elif t_io > 0:
         tl.append({"lane": "io", "name": "read the batch", "start_us": 0.0, "end_us": t_io})
         t0 = t_io
@@ -761,14 +765,15 @@ def _batch_spans(strategy: Strategy, t_io: float, t_h2d: float, io_exposed: floa
 
 
 def _pass_spans(net: Network, fwd: Sequence[float], t0: float, b0: float, order: Sequence[int],
-                layer_ends: Sequence[float]) -> list[Span]:
-    """Forward's layers from t0, then backward's (in `order`, ending at layer_ends) from b0."""
+                layer_ends: Sequence[float], stretch: float = 1.0) -> list[Span]:
+    """Forward's layers from t0, each `stretch` x its time (a prefetched read beside it slows it),
+    then backward's (in `order`, ending at layer_ends) from b0."""
     tl: list[Span] = []
     clock = t0
     for layer, t in zip(net.layers, fwd, strict=True):
         if t > 0:
-            tl.append({"lane": "forward", "name": layer.name, "start_us": clock, "end_us": clock + t})
-        clock += t
+            tl.append({"lane": "forward", "name": layer.name, "start_us": clock, "end_us": clock + t * stretch})
+        clock += t * stretch
     prev = 0.0
     for i, end in zip(order, layer_ends, strict=True):
         if end > prev:
@@ -860,9 +865,9 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     io_exposed, t_iter, io_beside = _io_exposure(phases, strategy, t_f + after_fwd)
 
     # Timeline from the start of the iteration.
-    tl, t0 = _batch_spans(strategy, phases.io_us, t_h2d, io_exposed)
-    b0 = t0 + t_f
-    tl += _pass_spans(net, fwd, t0, b0, order, layer_ends)
+    tl, f0 = _batch_spans(strategy, phases.io_us, t_h2d, io_exposed, io_beside)
+    b0 = f0 + t_f + io_beside  # the read's cost beside forward drawn in it
+    tl += _pass_spans(net, fwd, f0, b0, order, layer_ends, (t_f + io_beside) / t_f if t_f > 0 else 1.0)
     messages, comm_spans = _message_spans(names, sizes, [layer_ends[p] for p in ready_after], spans, b0)
     tl += comm_spans + _update_spans(b0 + comm_end, t_u, names, pulls)
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,

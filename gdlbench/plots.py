@@ -200,16 +200,20 @@ def plot_scaling(rows: Sequence[Row], path: str | Path, metric: str = "speedup",
 
 def plot_scaling_panels(rows: Sequence[Row], path: str | Path, metrics: Sequence[str] = ("throughput", "efficiency"),
                         measured: Sequence[Row] = (), title: str = "predicted scaling",
-                        measured_upto: int | None = None) -> Path:
+                        measured_upto: int | None = None, validation: Sequence[Row] = (),
+                        validation_label: str = "") -> Path:
     """One panel per metric, side by side; `measured` rows ({"strategy", "workers", metric keys})
-    drawn as large open markers apart from the predicted lines."""
+    drawn as large open markers apart from the predicted lines; `validation` rows (measured on
+    other nodes, `validation_label`: metric keys, and predicted_ + key for the model's figure
+    for those nodes) as filled crosses beside open squares."""
     plt = require_matplotlib()
     if not rows:
         raise UsageError("plot_scaling: nothing to plot")
     fig, axes = plt.subplots(1, len(metrics), figsize=(7.5 if len(metrics) == 1 else 11.5, 4.8), dpi=110,
                              squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
-        _draw_scaling(ax, rows, metric, measured)
+        colours = _draw_scaling(ax, rows, metric, measured)
+        _draw_validation(ax, validation, metric, colours, validation_label)
         if measured_upto is not None:  # beyond the measured scale: the model alone
             top = max(r["workers"] for r in rows)
             if top > measured_upto:
@@ -226,14 +230,35 @@ def plot_scaling_panels(rows: Sequence[Row], path: str | Path, metrics: Sequence
     return _save(fig, plt, path)
 
 
-def _draw_scaling(ax: Any, rows: Sequence[Row], metric: str, measured: Sequence[Row]) -> None:
-    key = {"speedup": "speedup", "throughput": "images_per_s", "efficiency": "efficiency"}.get(metric)
+SCALING_KEYS = {"speedup": "speedup", "throughput": "images_per_s", "efficiency": "efficiency"}
+
+
+def _draw_validation(ax: Any, points: Sequence[Row], metric: str, colours: dict[str, str], label: str) -> None:
+    """Validation points: measured beyond the measured scale (filled X) and the model's figure for
+    the same nodes (open square), in the strategy's colour."""
+    key = SCALING_KEYS[metric]
+    first = True
+    for v in points:
+        if v.get(key) is None or v["strategy"] not in colours:
+            continue
+        colour = colours[v["strategy"]]
+        ax.plot([v["workers"]], [v[key]], marker="X", markersize=11, linestyle="none", color=colour,
+                markeredgecolor="black", markeredgewidth=0.6,
+                label=f"measured on {label} (validation)" if first else None)
+        ax.plot([v["workers"]], [v[f"predicted_{key}"]], marker="s", markersize=10, linestyle="none",
+                markerfacecolor="none", markeredgecolor=colour, markeredgewidth=1.4,
+                label=f"predicted for {label}" if first else None)
+        first = False
+
+
+def _draw_scaling(ax: Any, rows: Sequence[Row], metric: str, measured: Sequence[Row]) -> dict[str, str]:
+    key = SCALING_KEYS.get(metric)
     if key is None:
         raise UsageError(f"plot_scaling: metric must be speedup, throughput or efficiency, got {metric!r}")
     strategies = list(dict.fromkeys(r["strategy"] for r in rows))
     workers = sorted({r["workers"] for r in rows})
     markers = "osD^v<>ph*"
-    colours = {}
+    colours: dict[str, str] = {}
     for i, name in enumerate(strategies):
         pts = sorted((r["workers"], r[key]) for r in rows if r["strategy"] == name)
         (line,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[i % len(markers)], markersize=4,
@@ -272,6 +297,7 @@ def _draw_scaling(ax: Any, rows: Sequence[Row], metric: str, measured: Sequence[
     ax.set_ylabel({"speedup": "speedup S(N) = N t(1)/t(N)", "throughput": "images/s (all workers)",
                    "efficiency": "efficiency S(N)/N"}[metric])
     ax.grid(True, which="both", alpha=0.3)
+    return colours
 
 
 def _save(fig: Any, plt: Any, path: str | Path) -> Path:

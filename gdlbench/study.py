@@ -37,8 +37,7 @@ from typing import Any
 from . import __version__, env
 from .collectives import fit_sweep_for_messages
 from .errors import UsageError
-from .iteration import default_batch
-from .model import Span, hidden_us
+from .iteration import default_batch, traced_breakdown
 from .network import load_network
 from .paths import write_atomic
 from .prediction import CommSource, PredictRequest, evaluate, number_text
@@ -94,6 +93,8 @@ class Config:
     net_specs: dict[str, str] = field(default_factory=dict)  # name -> built-in name or spec file
     memory_limit: str = DEFAULT_MEMORY_LIMIT  # per device, for the memory answer
     optimizer: str = "adam"  # optimizer states in the memory answer
+    # a validation beyond the measured scale (attach_validation): {"iteration", "fit"}, paths in the study
+    validation: dict[str, str] | None = None
 
     def net_spec(self, name: str) -> str:
         return self.net_specs.get(name, name)
@@ -501,23 +502,15 @@ def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
 
 
 def measured_breakdown(tl: Mapping[str, Any]) -> dict[str, float]:
-    """Exposed time of each phase in a measured iteration (its spans, as the executor traced them;
-    the prefetch thread's read of the next batch is hidden, the wait for it is not)."""
-    spans: list[Span] = tl["timeline"]
+    """Exposed time of each phase in a measured iteration (gdlbench.iteration.traced_breakdown)."""
+    return traced_breakdown(dict(tl))
 
-    def lane_end(lane: str) -> float:
-        return max((s["end_us"] for s in spans if s["lane"] == lane), default=0.0)
 
-    def lane_sum(lane: str) -> float:
-        return sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == lane)
+def median_breakdown(ranks: list[dict[str, float]]) -> dict[str, float]:
+    """Each phase's median over the ranks' breakdowns of the same traced round."""
+    import numpy as np
 
-    io = sum(s["end_us"] - s["start_us"] for s in spans if s["lane"] == "io" and "prefetch thread" not in s["name"])
-    return {"io": io, "h2d": lane_sum("h2d"), "forward": lane_sum("forward"),
-            # comm_exposed_us of a trace: the wait after its (slowed) backward, comm_wait_us of the model
-            "backward": lane_sum("backward"), "comm": max(0.0, tl["comm_exposed_us"]),
-            "update": lane_sum("update"), "t_iter_us": tl["t_iter_us"], "end_us": lane_end("update"),
-            "comm_hidden": hidden_us([(s["start_us"], s["end_us"]) for s in spans if s["lane"] == "comm"],
-                                     lane_end("backward"))}
+    return {k: float(np.median([b[k] for b in ranks])) for k in ranks[0]}
 
 
 def bound_by(parts: dict[str, float]) -> tuple[str, float]:
@@ -551,7 +544,7 @@ def analyse(root: Path, cfg: Config) -> dict[str, Any]:
     nets: dict[str, dict[str, Any]] = {}
     for net_name in cfg.nets:
         nets[net_name] = analyse_net(root, cfg, net_name, strategies, encode)
-    return {"nets": nets, "fit": fit_summary, "compress": {"ratio": cfg.compress_ratio,
+    return {"nets": nets, "fit": fit_summary, "validation": validation_analysis(root, cfg, strategies), "compress": {"ratio": cfg.compress_ratio,
                                                            "encode_us_per_byte": encode,
                                                            "source": "cells/compress.json"},
             "measured_workers": cfg.world_size,
@@ -660,6 +653,7 @@ def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[
     summary = doc["summary"]
     meas = summary["measured_us"][s.name]
     tl = summary.get("measured_timelines", {}).get(s.name)
+    by_rank = summary.get("measured_breakdowns_by_rank", {}).get(s.name)
     row: dict[str, Any] = next((r for r in doc["rows"]
                                 if r.get("phase") == "iteration" and r.get("strategy") == s.name), {})
     return {"strategy": s.name, "workers": n_meas, "measured_us": meas,
@@ -674,6 +668,10 @@ def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[
             "predicted_breakdown_us": breakdown_of(pred),
             "predicted_comm_us": pred["comm_us"], "predicted_comm_hidden_us": pred["comm_hidden_us"],
             "measured_breakdown_us": measured_breakdown(tl) if tl else None,
+            # the components' measured side: each phase's median over the ranks (a cell made before
+            # every rank's breakdown was kept: rank 0's, measured_breakdown_us)
+            "measured_breakdown_ranks_us": median_breakdown(by_rank) if by_rank else None,
+            "measured_breakdown_ranks": len(by_rank) if by_rank else 1,
             "traced_round": traced_round(row.get("samples_us") or [meas], tl),
             "predict_command": request.command()}
 
@@ -698,14 +696,17 @@ def components_of(parts: Mapping[str, float], hidden: float) -> dict[str, float]
 def component_row(c: Mapping[str, Any]) -> dict[str, Any]:
     """One compare row's components, measured (its traced round) against predicted; a component
     whose |difference| exceeds COMPONENT_THRESHOLD_PCT of the measured iteration did not validate."""
-    mb, ref = c["measured_breakdown_us"], c["measured_us"]
+    mb, ref = c.get("measured_breakdown_ranks_us") or c["measured_breakdown_us"], c["measured_us"]
     measured = components_of(mb, mb["comm_hidden"])
     predicted = components_of(c["predicted_breakdown_us"], c["predicted_comm_hidden_us"])
     parts = {k: {"measured_us": measured[k], "predicted_us": predicted[k], "diff_us": predicted[k] - measured[k],
                  "diff_pct": 100 * (predicted[k] - measured[k]) / ref,
                  "validated": abs(predicted[k] - measured[k]) <= COMPONENT_THRESHOLD_PCT / 100 * ref}
              for k in COMPONENTS}
+    ranks = c.get("measured_breakdown_ranks", 1) if c.get("measured_breakdown_ranks_us") else 1
     return {"strategy": c["strategy"], "workers": c["workers"], "measured_us": ref, "error_pct": c["error_pct"],
+            "measured_from": (f"the traced median round, each phase the median over {ranks} ranks" if ranks > 1
+                              else "the traced median round, rank 0"),
             "predicted_comm_us": c["predicted_comm_us"], "components": parts,
             "failed": [k for k, p in parts.items() if not p["validated"]]}
 
@@ -719,6 +720,85 @@ def validate_components(compare: list[dict[str, Any]], workers: list[int], n_mea
                for n in sorted(workers) if n > n_meas]
     return {"threshold_pct": COMPONENT_THRESHOLD_PCT, "components": COMPONENTS, "grows_with_n": list(GROWS_WITH_N),
             "rows": rows, "flagged_predictions": flagged}
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation beyond the measured scale: the composed iteration measured on more nodes (the
+# emulated cluster: scripts/study-validate.sh), against the model fed this study's phases and
+# the all-reduce fit of the link that run crossed
+
+VALIDATION_DIR = "validation"
+
+
+def _validation_iteration(cfg: Config, path: str) -> tuple[dict[str, Any], str]:
+    """The `gdlbench iteration --json` report of --validate, checked against the study: (doc, net)."""
+    from .paths import read_json
+
+    doc = read_json(path, "--validate")
+    summary = doc.get("summary") if isinstance(doc, dict) else None
+    if not isinstance(summary, dict) or not isinstance(summary.get("measured_us"), dict) or not summary["measured_us"]:
+        raise UsageError(f"--validate {path}: not a `gdlbench iteration --json` report (no summary.measured_us)")
+    net = (doc.get("args") or {}).get("net")
+    if net not in cfg.nets:
+        raise UsageError(f"--validate {path}: measures {net!r}, not one of the study's nets ({', '.join(cfg.nets)})")
+    if summary.get("batch") != cfg.batch[net]:
+        raise UsageError(f"--validate {path}: {net} at batch {summary.get('batch')}; the study runs it at batch "
+                         f"{cfg.batch[net]}")
+    nodes = ((doc.get("env") or {}).get("topology") or {}).get("nodes")
+    if not isinstance(nodes, int) or nodes <= cfg.nodes:
+        raise UsageError(f"--validate {path}: measured on {nodes} node(s); a validation beyond the measured scale "
+                         f"needs more nodes than the study's {cfg.nodes}")
+    if not any(s in summary["measured_us"] for s in cfg.strategies):
+        raise UsageError(f"--validate {path}: none of the study's strategies ({', '.join(cfg.strategies)}) measured")
+    return doc, net
+
+
+def attach_validation(root: Path, cfg: Config, iteration_file: str, fit_file: str) -> dict[str, str]:
+    """Check --validate (the composed iteration of one of the study's nets measured on more nodes
+    than the study) and --validate-fit (the `allreduce --fit --json` of the same nodes: the link
+    it crossed), then copy both into DIR/validation/; returns Config.validation (paths in DIR)."""
+    from . import cluster
+
+    doc, net = _validation_iteration(cfg, iteration_file)
+    try:
+        c = cluster.load_cluster(fit_file)
+    except UsageError as exc:
+        raise UsageError(f"--validate-fit {fit_file}: not the fit of a multi-node run ({exc})") from None
+    topo = doc["env"]["topology"]
+    if (c.nodes, c.per_node) != (topo["nodes"], topo.get("ranks_per_node")):
+        raise UsageError(f"--validate-fit {fit_file}: fitted on {c.nodes} node(s) x {c.per_node}, but --validate "
+                         f"{iteration_file} ran on {topo['nodes']} x {topo.get('ranks_per_node')}")
+    out = {"iteration": f"{VALIDATION_DIR}/iteration-{net}.json", "fit": f"{VALIDATION_DIR}/allreduce-fit.json"}
+    for src, key in ((iteration_file, "iteration"), (fit_file, "fit")):
+        if Path(src).resolve() != (root / out[key]).resolve():
+            write_atomic(root / out[key], Path(src).read_bytes())
+    return out
+
+
+def validation_analysis(root: Path, cfg: Config, strategies: list[Strategy]) -> dict[str, Any] | None:
+    """The validation point: per strategy measured on the other cluster, the model's prediction
+    for it from this study's phases and that cluster's fitted link, the error per component."""
+    if not cfg.validation:
+        return None
+    doc = json.loads((root / cfg.validation["iteration"]).read_text())
+    net, summary = doc["args"]["net"], doc["summary"]
+    n = int(doc["env"]["world_size"])
+    spec = cfg.net_spec(net)
+    compare, commands = [], {}
+    for s in strategies:
+        if s.name not in summary["measured_us"]:
+            continue
+        request = PredictRequest(phases=f"cells/iteration-{net}.json", net=spec if spec != net else None,
+                                 comm=CommSource(cluster=cfg.validation["fit"]), strategy=s.name, workers=(n,))
+        compare.append(compare_row(s, n, doc, _rows(root, request)[0], request))
+        commands[s.name] = request.command()
+    topo = doc["env"]["topology"]
+    inter = json.loads((root / cfg.validation["fit"]).read_text())["summary"]["fit"]["levels"]["inter"]
+    return {"net": net, "workers": n, "nodes": topo["nodes"], "ranks_per_node": topo.get("ranks_per_node"),
+            "shape": env.shape(topo), "iteration_file": cfg.validation["iteration"], "fit_file": cfg.validation["fit"],
+            "inter_alpha_us": inter["alpha_us"], "inter_gbs": inter.get("link_gbs"),
+            "command": doc.get("command"), "compare": compare,
+            "components": validate_components(compare, [], n), "predict_commands": commands}
 
 
 def leans_on_failed(verdict: Mapping[str, Any], components: Mapping[str, Any]) -> dict[str, list[str]]:

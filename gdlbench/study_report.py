@@ -263,7 +263,7 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
     n_meas = cfg["world_size"]
     doc = Doc(f"gdlbench study: {', '.join(cfg['nets'])} on {n_meas} rank(s), {cfg['device']}")
     _intro(doc, cfg, n_meas)
-    _contents(doc, cfg, quoted)
+    _contents(doc, cfg, quoted, an.get("validation"))
     _headline(doc, an)
     _scope(doc, an, cfg)
     _verdicts(doc, an)
@@ -272,8 +272,9 @@ def build_document(index: Mapping[str, Any], quoted: Mapping[str, Any]) -> Doc:
     _provenance(doc, index, cfg, env, prov)
     _fit(doc, an)
     _bandwidth(doc, an, quoted["bandwidth"])
+    val = an.get("validation")
     for net in cfg["nets"]:
-        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"][net])
+        _net_section(doc, net, an["nets"][net], cfg, quoted["nets"][net], val if val and val["net"] == net else None)
     doc.add(Heading(2, "Notes", "notes"))
     doc.add(Items([[n] for n in an.get("notes", [])]))
     return doc
@@ -293,7 +294,7 @@ def _intro(doc: Doc, cfg: Mapping[str, Any], n_meas: int) -> None:
                      if cfg.get("quick") else "")]))
 
 
-def _contents(doc: Doc, cfg: Mapping[str, Any], quoted: Mapping[str, Any]) -> None:
+def _contents(doc: Doc, cfg: Mapping[str, Any], quoted: Mapping[str, Any], v: Mapping[str, Any] | None) -> None:
     """The table of contents, linked to every section."""
     toc = [("Headline", "headline"), ("What was measured, what is assumed", "scope"), ("Verdicts", "verdicts"),
            ("How to read this report", "how-to-read"), ("The strategies", "strategies"),
@@ -301,6 +302,7 @@ def _contents(doc: Doc, cfg: Mapping[str, Any], quoted: Mapping[str, Any]) -> No
            *([("All-reduce bandwidth by message size", "bandwidth")] if quoted["bandwidth"] else []),
            *(entry for net in cfg["nets"] for entry in ((net, net), (f"{net}: slowest layers and messages",
                                                                        f"{net}-slowest"))),
+           *([(f"{v['net']}: validation on {v['shape']}", f"{v['net']}-validation")] if v else []),
            ("Notes", "notes")]
     doc.add(Heading(2, "Contents", "contents"))
     doc.add(Items([[Link(t, a)] for t, a in toc], ordered=True))
@@ -423,6 +425,11 @@ def _scope(doc: Doc, an: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
         ["extrapolated", f"every N other than {sc['measured_workers']}, up to {sc['largest_predicted_workers']:,} "
                          "workers (shaded in the scaling charts)"],
         *(["assumed", a] for a in sc["assumed"])]
+    v = an.get("validation")
+    rows.append(["beyond the measured scale",
+                 Link(f"{v['net']} measured on {v['shape']} against the model's prediction for it (its table)",
+                      f"{v['net']}-validation") if v else
+                 "not validated: no run on more nodes given (gdlbench study --validate; scripts/study-validate.sh)"])
     doc.add(Table(["", ""], rows, "the predictions are only as good as these assumptions"))
 
 
@@ -520,13 +527,15 @@ def _bandwidth(doc: Doc, an: Mapping[str, Any], rows: list[dict[str, Any]]) -> N
 
 
 def _net_section(doc: Doc, net: str, na: Mapping[str, Any], cfg: Mapping[str, Any],
-                 slowest: Mapping[str, Any]) -> None:
+                 slowest: Mapping[str, Any], validation: Mapping[str, Any] | None = None) -> None:
     base = f"{_NETS}/{net}"
     doc.add(Heading(2, f"{net}: batch {na['batch']} per worker", net))
     n = na["measured_workers"]
     doc.add(Heading(3, f"Measured on {n} worker(s) against the model"))
     _compare_table(doc, base, na)
     _components(doc, base, na)
+    if validation:
+        _validation(doc, validation, n)
     doc.add(Image(f"img/breakdown-{net}.png", f"{net}: phase breakdown per strategy, measured and predicted"))
     _timeline(doc, net, na)
     _slowest(doc, net, slowest)
@@ -571,8 +580,9 @@ def _components(doc: Doc, base: str, na: Mapping[str, Any]) -> None:
     doc.add(Heading(4, "The model's components against the measured ones"))
     doc.add(Para(["A total can agree while its parts do not. Per strategy: ",
                   "; ".join(f"{COMPONENT_LABELS[k]}: {what}" for k, what in comp["components"].items()),
-                  ". Measured: the traced round (rank 0: its wait for the messages includes any time it waits "
-                  "for a slower rank, whose I/O, say, then shows here as communication); predicted: the model's "
+                  f". Measured: {comp['rows'][0].get('measured_from', 'the traced median round, rank 0')} (a "
+                  "rank's wait for the messages includes any time it waits for a slower rank, whose I/O, say, "
+                  "then shows here as communication); predicted: the model's "
                   "schedule at the measured scale, read the same way. A component whose |predicted - measured| is over ", threshold,
                   " of the measured iteration did not validate (flagged), even where the total agrees."]))
     rows: list[list[Part]] = []
@@ -606,6 +616,46 @@ def _leaning(doc: Doc, p0: str, comp: Mapping[str, Any]) -> None:
                               + ", which did not validate"])
     doc.add(Para([f"Flagged predictions: {grows} grow with N, so a prediction beyond the measured scale leans on "
                   "them; where one did not validate here, the prediction is flagged:"]), Items(items))
+
+
+def _validation(doc: Doc, v: Mapping[str, Any], n: int) -> None:
+    """The validation point beyond the measured scale: measured on more nodes, against the model
+    fed this study's phases and the link that run crossed; the error per component."""
+    p0 = "/analysis/validation"
+    doc.add(Heading(4, f"Validation beyond the measured scale: {v['shape']}", f"{v['net']}-validation"))
+    comp = v["components"]
+    doc.add(Para([f"The composed iteration of {v['net']} measured on {v['shape']} (", Code(v["iteration_file"]),
+                  "), beside the model's prediction for those nodes from this study's phases (measured on "
+                  f"{n} worker(s) on one node) and the all-reduce fit of the link that run crossed (",
+                  Code(v["fit_file"]), ": inter-node alpha ", Num(v["inter_alpha_us"], f"{p0}/inter_alpha_us",
+                                                                 "{:.1f}", 1.0, " us"), ", ",
+                  Num(v["inter_gbs"], f"{p0}/inter_gbs", "{:.3g}", 1.0, " GB/s"),
+                  "). The scaling chart draws it as measured (a filled cross) beside that prediction (an open "
+                  "square). Each component's column is its error, predicted - measured, over the measured "
+                  "iteration; over ", Num(comp["threshold_pct"], f"{p0}/components/threshold_pct", "{:g}", 1.0, " %"),
+                  " it did not validate."]))
+    rows: list[list[Part]] = []
+    traced = {r["strategy"]: (j, r) for j, r in enumerate(comp["rows"])}
+    for i, c in enumerate(v["compare"]):
+        p = f"{p0}/compare/{i}"
+        row: list[Part] = [c["strategy"], _ms(c["measured_us"], f"{p}/measured_us"),
+                           Num(c.get("measured_se_us"), f"{p}/measured_se_us", "± {:.1f}", 1e-3, " ms"),
+                           _ms(c["predicted_us"], f"{p}/predicted_us"), _pct(c["error_pct"], f"{p}/error_pct")]
+        if c["strategy"] not in traced:  # no traced round: no components
+            rows.append(row + ["-"] * (len(COMPONENT_LABELS) + 1))
+            continue
+        j, r = traced[c["strategy"]]
+        row += [_pct(r["components"][k]["diff_pct"], f"{p0}/components/rows/{j}/components/{k}/diff_pct")
+                for k in COMPONENT_LABELS]
+        rows.append(row + [", ".join(COMPONENT_LABELS[k] for k in r["failed"]) + " FLAGGED" if r["failed"] else "ok"])
+    source = comp["rows"][0]["measured_from"] if comp["rows"] and "measured_from" in comp["rows"][0] else "rank 0"
+    doc.add(Table(["strategy", "measured", "± se", "predicted", "error",
+                   *(f"{label} error" for label in COMPONENT_LABELS.values()), "components"], rows,
+                  "measured: median composed iteration over the run's rounds, max over ranks; predicted: "
+                  "`gdlbench predict --cluster` with this study's phases; component errors: predicted - measured "
+                  f"over the measured iteration ({source})"))
+    doc.add(Details("the prediction for each strategy, as a command (run it in the study's directory)",
+                    list(v["predict_commands"].values())))
 
 
 def _timeline(doc: Doc, net: str, na: Mapping[str, Any]) -> None:
@@ -870,16 +920,32 @@ def draw_figures(root: Path, index: Mapping[str, Any]) -> tuple[list[str], dict[
             measured.append({"strategy": c["strategy"], "workers": n, "images_per_s": c["measured_images_per_s"],
                              "efficiency": t1 / c["measured_us"]})
         fig["scaling_measured"] = measured
+        val = an.get("validation")
+        fig["scaling_validation"] = validation_points(na, val) if val and val["net"] == net else []
         plots.plot_scaling_panels(na["predictions"], root / f"img/scaling-{net}.png", measured=measured,
                                   title=f"{net}, batch {na['batch']} per worker: predicted lines, measured stars "
                                         "(efficiency against the model's t(1)); shaded: beyond the measured scale",
-                                  measured_upto=n)
+                                  measured_upto=n, validation=fig["scaling_validation"],
+                                  validation_label=val["shape"] if val else "")
         made += [f"img/{k}-{net}.png" for k in ("breakdown", "timeline", "scaling")
                  if (root / f"img/{k}-{net}.png").is_file()]
         data[net] = fig
     for f in made:
         shrink_png(root / f)
     return made, data
+
+
+def validation_points(na: Mapping[str, Any], v: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The validation run per strategy as the scaling chart draws it: measured (images/s of all
+    workers, efficiency against the study's t(1)) and the model's prediction for those nodes."""
+    out = []
+    for c in v["compare"]:
+        t1 = next(r["t_iter_1_us"] for r in na["predictions"] if r["strategy"] == c["strategy"])
+        out.append({"strategy": c["strategy"], "workers": c["workers"], "images_per_s": c["measured_images_per_s"],
+                    "efficiency": t1 / c["measured_us"],
+                    "predicted_images_per_s": c["workers"] * na["batch"] / (c["predicted_us"] * 1e-6),
+                    "predicted_efficiency": t1 / c["predicted_us"]})
+    return out
 
 
 def shrink_png(path: Path) -> None:

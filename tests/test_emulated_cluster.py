@@ -156,3 +156,40 @@ def test_connections_between_nodes_run_the_named_congestion_control(tmp_path, tc
     want = {None: "cubic", "reno": "reno", "host": host}[tcp_cc]
     assert {f.name: f.read_text() for f in tmp_path.iterdir()} == {"0": want, "1": want}
     assert f"TCP {want}" in p.stderr
+
+
+VALIDATE = SCRIPT.parent / "study-validate.sh"
+
+
+def _validate(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(VALIDATE), "--mpiexec", str(MPIEXEC), *args], capture_output=True, text=True,
+                          timeout=timeout, env=mpi_env(), cwd=NEUTRAL_CWD)
+
+
+def test_study_validate_measures_on_the_emulated_nodes_and_leaves_nothing(tmp_path):
+    """scripts/study-validate.sh on a small study: the net's iteration and the fit run across 2
+    emulated nodes, the study's report gains the validation, and no namespace is left."""
+    mlp = str(Path(__file__).parent / "data" / "mlp.json")
+    study = tmp_path / "s"
+    p = subprocess.run([str(MPIEXEC), "-n", "2", *GDLBENCH_CMD, "study", "--out", str(study), "--quick", "--nets", mlp,
+                        "--strategies", "cntk,mxnet", "--workers", "1,2,4"], capture_output=True, text=True,
+                       timeout=600, env=mpi_env(), cwd=NEUTRAL_CWD)
+    assert p.returncode == 0, p.stderr[-3000:]
+    before = _namespaces()
+    p = _validate("--study", str(study), "--net", "mlp", "--rate", "10gbit", "--iters", "2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert not _namespaces() - before
+    index = json.loads((study / "study.json").read_text())
+    v = index["analysis"]["validation"]
+    assert (v["nodes"], v["ranks_per_node"]) == (2, 1) and [c["strategy"] for c in v["compare"]] == ["cntk", "mxnet"]
+    run = json.loads((study / "validation/iteration-mlp.json").read_text())
+    assert run["summary"]["rounds"] == 2 and run["args"]["batch"] == index["config"]["batch"]["mlp"]
+    assert 'id="mlp-validation"' in (study / "report.html").read_text()
+
+
+def test_study_validate_bad_options_exit_2(tmp_path):
+    for args, said in ((["--net", "mlp"], "--study"), (["--study", str(tmp_path)], "--study"),
+                       (["--study", str(tmp_path), "--net", "mlp", "--iters", "0"], "--iters"),
+                       (["--bogus"], "unknown option")):
+        p = _validate(*args, timeout=60)
+        assert p.returncode == 2 and said in p.stderr and p.stderr.strip().count("\n") == 0, (args, p.stderr)

@@ -730,3 +730,17 @@ def test_a_prefetched_reads_cost_beside_compute_shows_as_compute_in_the_traced_b
     assert sum(parts.values()) == pytest.approx(pred.t_iter_us)  # nothing lost or counted twice
     serial = predict_iteration("resnet50", phases, RING, get_strategies("serial")[0], 2)
     assert serial.io_beside_us == 0.0 and breakdown_of(serial.to_dict())["io"] == serial.io_us
+    # the timeline draws it the same way: the wait only what is not beside compute, forward
+    # longer by the read's cost beside it, and everything after forward where it was
+    tl = pred.timeline
+    waits = [sp for sp in tl if sp["name"] == "wait for the prefetched batch"]
+    assert sum(sp["end_us"] - sp["start_us"] for sp in waits) == pytest.approx(pred.io_us - 3_000.0)
+    fwd = [sp for sp in tl if sp["lane"] == "forward"]
+    assert sum(sp["end_us"] - sp["start_us"] for sp in fwd) == pytest.approx(pred.forward_us + 3_000.0)
+    assert fwd[0]["start_us"] == pytest.approx(pred.io_us - 3_000.0 + pred.h2d_us)
+    first_backward = min(sp["start_us"] for sp in tl if sp["lane"] == "backward")
+    assert fwd[-1]["end_us"] == pytest.approx(first_backward)
+    assert first_backward == pytest.approx(pred.io_us + pred.h2d_us + pred.forward_us)
+    read = next(sp for sp in tl if sp["name"] == "read the next batch (prefetch thread)")
+    assert read["start_us"] == pytest.approx(fwd[0]["start_us"])  # the prefetch starts with forward
+    assert max(sp["end_us"] for sp in tl if sp["lane"] == "update") == pytest.approx(pred.t_iter_us)

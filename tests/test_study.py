@@ -193,6 +193,12 @@ def test_the_fit_covers_every_message_in_place_from_memory():
 
 
 def test_report_renders_in_headless_chromium(study_dir, tmp_path):
+    _check_in_chromium(study_dir, tmp_path)
+
+
+def _check_in_chromium(study_dir: Path, tmp_path: Path) -> None:
+    """The report at 1280 and 412 px in headless chromium: every image loaded, no error, tables
+    scroll inside their box (not the page), every link lands, the scroll cues on a phone only."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         why = "Debian's chromium is not installed (apt-get install chromium; .ci/run installs it)"
@@ -236,7 +242,9 @@ def test_report_renders_in_headless_chromium(study_dir, tmp_path):
         links = set(re.findall(r'<a href="#([^"]+)"', dom.stdout))
         assert links and links <= anchors, links - anchors
         assert result["cues_shown"] == (result["cues"] if width == 412 else 0) and result["cues"] > 0, (width, result)
-        assert result["details"] == len(index["analysis"]["nets"]["mlp"]["what_ifs"]) * 2, result
+        # the what-ifs' commands folded per net, and the validation's predictions
+        folded = sum(len(na["what_ifs"]) for na in index["analysis"]["nets"].values())
+        assert result["details"] == folded + bool(index["analysis"].get("validation")), result
         console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line and "ERROR" in line.upper()]
         assert console == []
         shot = tmp_path / f"report-{width}.png"  # the report itself, unmodified
@@ -364,7 +372,13 @@ def test_component_table_per_net_and_strategy(study_dir):
         assert [r["strategy"] for r in comp["rows"]] == [c["strategy"] for c in na["compare"]]
         for i, (r, c) in enumerate(zip(comp["rows"], na["compare"], strict=True)):
             assert set(r["components"]) == set(COMPONENTS) == {"compute", "comm_exposed", "overlap", "io", "update"}
-            mb, pb = c["measured_breakdown_us"], c["predicted_breakdown_us"]
+            # the measured side: each phase the median over the ranks of the traced round
+            ranks = json.loads((study_dir / na["phases_file"]).read_text())["summary"][
+                "measured_breakdowns_by_rank"][c["strategy"]]
+            assert len(ranks) == c["measured_breakdown_ranks"] == 2 and ranks[0] == c["measured_breakdown_us"]
+            mb, pb = c["measured_breakdown_ranks_us"], c["predicted_breakdown_us"]
+            assert mb == {k: (ranks[0][k] + ranks[1][k]) / 2 for k in ranks[0]}  # the median of two
+            assert r["measured_from"] == "the traced median round, each phase the median over 2 ranks"
             measured = components_of(mb, mb["comm_hidden"])
             predicted = components_of(pb, c["predicted_comm_hidden_us"])
             for k, part in r["components"].items():
@@ -390,7 +404,7 @@ def test_a_component_over_the_threshold_is_flagged_though_the_total_agrees(study
     net, na = next(iter(index["analysis"]["nets"].items()))
     c = na["compare"][0]
     shift = 0.06 * c["measured_us"]
-    mb, pb = c["measured_breakdown_us"], c["predicted_breakdown_us"]
+    mb, pb = c["measured_breakdown_ranks_us"], c["predicted_breakdown_us"]
     pb.update({k: mb[k] for k in pb})  # every component agrees ...
     pb["comm"] = mb["comm"] + shift  # ... but exposed communication, by 6 %
     c["predicted_comm_hidden_us"] = mb["comm_hidden"]
@@ -602,3 +616,88 @@ def test_compress_command_checks_top_k_against_numpy(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def _two_node_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A real run on 2 ranks seen as 2 nodes x 1 (--ranks-per-node 1): the mlp's composed
+    iteration at the study's batch, and the all-reduce fit of the same nodes (the study's
+    validation inputs; scripts/study-validate.sh makes them on the emulated cluster)."""
+    it, fit = tmp_path / "it.json", tmp_path / "fit.json"
+    p = run_cli("iteration", "--net", MLP, "--batch", "4", "--strategy", "cntk,mxnet", "--iters", "2", "--warmup", "0",
+                "--ranks-per-node", "1", "--json", str(it), nranks=2, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = run_cli("allreduce", "-b", "4K", "-e", "4M", "-f", "4", "--algo", "library,ps", "--servers", "2", "--fit",
+                "-n", "5", "-w", "1", "--ranks-per-node", "1", "--json", str(fit), nranks=2, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return it, fit
+
+
+def test_validation_point_beyond_the_measured_scale(study_dir, tmp_path):
+    """--validate: the run on 2 nodes beside the model's prediction for them from the study's
+    one-node phases, per strategy and component, in study.json, the report's table and the chart."""
+    it, fit = _two_node_run(tmp_path)
+    out = tmp_path / "s"
+    shutil.copytree(study_dir, out)
+    p = run_cli("study", "--resume", str(out), "--validate", str(it), "--validate-fit", str(fit), nranks=2, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    index = json.loads((out / "study.json").read_text())
+    assert index["config"]["validation"] == {"iteration": "validation/iteration-mlp.json",
+                                             "fit": "validation/allreduce-fit.json"}
+    v = index["analysis"]["validation"]
+    assert (v["net"], v["nodes"], v["ranks_per_node"], v["workers"]) == ("mlp", 2, 1, 2)
+    measured = json.loads(it.read_text())["summary"]["measured_us"]
+    assert [c["strategy"] for c in v["compare"]] == ["cntk", "mxnet"]  # the study's strategies the run measured
+    for c in v["compare"]:
+        assert c["measured_us"] == measured[c["strategy"]]
+        assert math.isclose(c["error_pct"], 100 * (c["predicted_us"] / c["measured_us"] - 1), rel_tol=1e-9)
+        # the prediction is the study's phases on the fitted link: its command gives the same number
+        cmd = v["predict_commands"][c["strategy"]]
+        assert "--phases cells/iteration-mlp.json" in cmd and "--cluster validation/allreduce-fit.json" in cmd, cmd
+        q = subprocess.run([*GDLBENCH_CMD, *cmd.split()[1:], "--json", str(tmp_path / "q.json")], cwd=out,
+                           capture_output=True, text=True, env=mpi_env(), timeout=120)
+        assert q.returncode == 0, q.stderr
+        assert math.isclose(json.loads((tmp_path / "q.json").read_text())["rows"][0]["t_iter_us"], c["predicted_us"],
+                            rel_tol=1e-9)
+    rows = v["components"]["rows"]
+    assert [r["strategy"] for r in rows] == ["cntk", "mxnet"]
+    for r in rows:
+        assert set(r["components"]) == {"compute", "comm_exposed", "overlap", "io", "update"}
+        assert r["failed"] == [k for k, x in r["components"].items() if not x["validated"]]
+    # the chart draws each strategy's measured point and the prediction for those nodes
+    points = index["report"]["figures"]["mlp"]["scaling_validation"]
+    assert [(pt["strategy"], pt["workers"], pt["images_per_s"]) for pt in points] == [
+        (c["strategy"], 2, c["measured_images_per_s"]) for c in v["compare"]]
+    html = (out / "report.html").read_text()
+    section = _section(html, "mlp-validation")
+    assert "2 nodes x 1 rank per node" in section and "filled cross" in section
+    found = _Numbers()
+    found.feed(section)
+    srcs = {src for src, _, _ in found.found}
+    for i, c in enumerate(v["compare"]):
+        assert {f"/analysis/validation/compare/{i}/measured_us", f"/analysis/validation/compare/{i}/error_pct"} <= srcs
+        assert c["strategy"] in section
+    assert all(f"/analysis/validation/components/rows/{i}/components/{k}/diff_pct" in srcs
+               for i in range(len(rows)) for k in rows[0]["components"])
+    assert 'href="#mlp-validation"' in html  # the contents and the scope box link to it
+    _check_in_chromium(out, tmp_path)
+    # a resume without --validate keeps it
+    p = run_cli("study", "--resume", str(out), nranks=2, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads((out / "study.json").read_text())["analysis"]["validation"]["compare"] == v["compare"]
+
+
+def test_validation_bad_files_are_one_line_and_exit_2(study_dir, tmp_path):
+    out = tmp_path / "s"
+    shutil.copytree(study_dir, out)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    one_node = out / "cells/iteration-mlp.json"  # the study's own run: not beyond its scale
+    fit = out / "cells/allreduce-fit.json"
+    cases = [(("--validate", str(bad), "--validate-fit", str(fit)), str(bad)),
+             (("--validate", str(out / "study.json"), "--validate-fit", str(fit)), "not a `gdlbench iteration"),
+             (("--validate", str(one_node), "--validate-fit", str(fit)), "more nodes"),
+             (("--validate", str(one_node)), "go together")]
+    for args, said in cases:
+        p = run_cli("study", "--resume", str(out), *args, nranks=2)
+        assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and said in p.stderr, (args, p.stderr)
+    assert not (out / "validation").exists()

@@ -316,7 +316,10 @@ def _report(result: IterationResult, args: dict[str, Any]) -> Report:
                        "top_layers": result.top_layers(),
                        "predictions": {run.strategy.name: run.prediction.to_dict(timeline=True) for run in runs},
                        "measured_timelines": {run.strategy.name: vars(run.measured_timeline(layer_names))
-                                              for run in runs}}).report()
+                                              for run in runs},
+                       # every rank's traced round as exposed phases (rank 0's is the timeline's)
+                       "measured_breakdowns_by_rank": {run.strategy.name: run.breakdowns(layer_names)
+                                                       for run in runs}}).report()
 
 
 def _write_extras(result: IterationResult, extra: dict[str, OutputFile]) -> None:

@@ -21,6 +21,7 @@ from ..study import (
     INDEX,
     Commands,
     Config,
+    attach_validation,
     config_from_args,
     fmt_duration,
     load_config,
@@ -66,6 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", choices=("sgd", "adam"),
                    help="optimizer states in the memory answer (default adam)")
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
+    p.add_argument("--validate", metavar="FILE",
+                   help="a validation point beyond the measured scale: the `gdlbench iteration --json` of one of the "
+                        "study's nets (same batch) measured on more nodes (scripts/study-validate.sh runs it on an "
+                        "emulated cluster); the report sets it beside the model's prediction for those nodes, from "
+                        "this study's phases and --validate-fit's link. Also with --resume")
+    p.add_argument("--validate-fit", metavar="FILE",
+                   help="with --validate: the `gdlbench allreduce --fit --json` measured on the same nodes (its link)")
 
 
 def _run_argv(argv: list[str]) -> int:
@@ -85,6 +93,15 @@ def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Pat
     from ..plots import require_matplotlib
 
     require_matplotlib()  # the report's figures: fail now, not after the measurements
+    if bool(args.validate) != bool(args.validate_fit):
+        raise UsageError("--validate FILE and --validate-fit FILE go together (the run and the link it crossed)")
+    root, cfg, resume = _plan(args, world_size, nodes)
+    if args.validate:
+        cfg.validation = attach_validation(root, cfg, args.validate, args.validate_fit)
+    return root, cfg, resume
+
+
+def _plan(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Path, Config, bool]:
     if args.resume:
         root = Path(args.resume)
         given = [f"--{o.replace('_', '-')}" for o in STUDY_OPTIONS if getattr(args, o) not in (None, False)]
