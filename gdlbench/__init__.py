@@ -1,9 +1,11 @@
 """gdlbench: every phase of a synchronous data-parallel SGD iteration, timed with real kernels
 (OpenBLAS, im2col, MPI on CPUs; cuBLAS, cuDNN, NCCL on GPUs) and held against analytic models.
 
-One function per CLI command, with the command's options as arguments; each returns result
-objects that hold their `Measurement` (every sample, the clock, the timed region), the derived
-metrics and `to_dict()`, the JSON row the CLI writes. `Compare` puts results side by side and
+One function per CLI command, with the command's options as arguments or as one typed request
+(GemmRequest, ConvRequest, ...: frozen, checked once, `to_argv()` the command that asks it
+again); each returns result objects that carry their request and hold their `Measurement` (every
+sample, the clock, the timed region), the derived metrics and `to_dict()`, the JSON row the CLI
+writes. `Compare` puts results side by side and
 writes the CLI's table, JSON and CSV.
 
 | command | function | returns |
@@ -41,6 +43,7 @@ use_installed_if_unbuilt(__path__)  # run from a source checkout's root: the ins
 from ._native import MpiInit, cuda_status, init_mpi  # noqa: E402  (loads mpi4py.MPI, then the native modules)
 from .collectives import (  # noqa: E402
     AlphaBetaFit,
+    CollectiveRequest,
     CollectiveResult,
     allgather,
     allreduce,
@@ -50,15 +53,15 @@ from .collectives import (  # noqa: E402
     reduce_scatter,
 )
 from .compare import Compare  # noqa: E402
-from .compress import CompressResult, compress  # noqa: E402
-from .conv import ConvResult, ConvShape, conv  # noqa: E402
-from .copy import CopyResult, copy  # noqa: E402
+from .compress import CompressRequest, CompressResult, compress  # noqa: E402
+from .conv import ConvRequest, ConvResult, ConvShape, conv  # noqa: E402
+from .copy import CopyRequest, CopyResult, copy  # noqa: E402
 from .env import collect as environment  # noqa: E402
 from .errors import CheckFailed, UsageError  # noqa: E402
-from .gemm import GemmResult, gemm  # noqa: E402
-from .io import IoResult, io  # noqa: E402
-from .iteration import Iteration, IterationResult  # noqa: E402
-from .layers import LayerResult, layer  # noqa: E402
+from .gemm import GemmRequest, GemmResult, gemm  # noqa: E402
+from .io import IoRequest, IoResult, io  # noqa: E402
+from .iteration import Iteration, IterationRequest, IterationResult  # noqa: E402
+from .layers import LayerRequest, LayerResult, layer  # noqa: E402
 from .measurement import Measurement  # noqa: E402
 from .memory import Memory, memory_per_worker  # noqa: E402
 from .model import (  # noqa: E402
@@ -74,13 +77,16 @@ from .prediction import CommSource, Evaluation, PredictRequest, evaluate  # noqa
 from .scaling import PredictResult, predict  # noqa: E402
 from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
 from .torch_trace import ImportedTrace, import_trace  # noqa: E402
-from .update import UpdateResult, update  # noqa: E402
+from .update import UpdateRequest, UpdateResult, update  # noqa: E402
 
 __all__ = [
     # measurements: one function per CLI command
     "gemm", "conv", "layer", "allreduce", "reduce_scatter", "allgather", "broadcast", "copy", "update", "io",
     "compress", "Iteration", "predict",
-    # their results
+    # what each is asked: a frozen request, checked once, that prints its command (to_argv())
+    "GemmRequest", "ConvRequest", "LayerRequest", "CollectiveRequest", "CopyRequest", "UpdateRequest", "IoRequest",
+    "CompressRequest", "IterationRequest",
+    # their results (each carries its request)
     "Measurement", "GemmResult", "ConvResult", "ConvShape", "LayerResult", "CollectiveResult", "CopyResult",
     "UpdateResult", "IoResult", "CompressResult", "IterationResult", "PredictResult",
     # side by side, as the CLI writes them

@@ -121,6 +121,10 @@ class BenchResult:
         """
         wrong elements over ranks and checks; -1: no check
         """
+def algorithms() -> list:
+    """
+    comm::kAlgos (csrc/comm/collective.h): the all-reduce algorithms' names, which have server ranks, and what each is.
+    """
 def allreduce(comm: typing.Any, array: numpy.ndarray, op: str = 'sum', algo: str = 'library', servers: typing.SupportsInt | typing.SupportsIndex = 1, dtype: str = '') -> None:
     """
     In-place all-reduce of a numpy array over comm with the chosen algorithm.
@@ -131,9 +135,17 @@ def blas_corename() -> str:
     ...
 def blas_threads() -> int:
     ...
+def bus_factor(collective: str, nranks: typing.SupportsInt | typing.SupportsIndex) -> float:
+    """
+    nccl-tests' bus bandwidth factor of a collective at N ranks.
+    """
 def collective_arrays(comm: typing.Any, name: str, send: typing.Any, recv: numpy.ndarray, op: str = 'sum', root: typing.SupportsInt | typing.SupportsIndex = 0, dtype: str = '') -> None:
     """
     One call of collective `name` on numpy buffers, as the timed loop makes it (send None: in place).
+    """
+def collectives() -> list:
+    """
+    comm::kCollectives (csrc/comm/collective.h): each collective's name, whether it reduces, is rooted, sizes the whole buffer, the algorithms it takes, its host buffers, its cost entry and its bus factor's formula.
     """
 def comm_bench(comm: typing.Any, spec: BenchSpec) -> BenchResult:
     """

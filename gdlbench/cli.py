@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from ._native import THREAD_LEVEL_ENV, THREAD_LEVELS, init_mpi
 from .errors import CheckFailed, UsageError
-from .measurement import check_timing
+from .measurement import check_threads, check_timing
 from .report import Outputs
 
 # subcommand -> (module, one-line help). Modules are imported only when their command runs.
@@ -86,8 +86,7 @@ def check_common(args: argparse.Namespace) -> None:
     check_timing(1 if iters is None else iters, 0 if warmup is None else warmup)
     if getattr(args, "ranks_per_node", None) is not None and not 1 <= args.ranks_per_node <= 1_000_000:
         raise UsageError(f"--ranks-per-node must be from 1 to 1,000,000, got {args.ranks_per_node}")
-    if getattr(args, "threads", None) is not None and not 1 <= args.threads <= 1024:
-        raise UsageError(f"--threads must be between 1 and 1024, got {args.threads}")
+    check_threads(getattr(args, "threads", None))
 
 
 def build_parser() -> ArgumentParser:

@@ -4,8 +4,8 @@ the alpha-beta(-gamma) cost model (costmodel.py, docs/model.md) fitted to a size
 
 Sizes follow nccl-tests: for all-reduce and broadcast the size is each rank's buffer; for
 reduce-scatter and all-gather it is the total buffer (N blocks of `count` elements). What each
-collective is, for the CLI, the report and the model, is its entry in COLLECTIVES; the native
-harness reads its own twin (csrc/comm/collective.h)."""
+collective is, for the CLI, the report and the model, is its entry in COLLECTIVES, read from the
+native harness's own table (csrc/comm/collective.h): one table for both languages."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ from .units import parse_size
 # What the sweep functions take as sizes: one size or several, each bytes or a string like '64K'.
 Sizes = int | str | np.integer | Iterable[int | str | np.integer]
 
-ALGOS = ("library", "ring", "rd", "tree", "ps", "hier")
-SERVER_ALGOS = ("ps",)  # algorithms with server ranks (--servers P)
+# The all-reduce algorithms, as the native harness names them (csrc/comm/collective.h, kAlgos):
+# one table for both languages, so an algorithm added there is here too.
+ALGORITHMS: dict[str, dict[str, Any]] = {a["name"]: a for a in _core.algorithms()}
+ALGOS = tuple(ALGORITHMS)
+SERVER_ALGOS = tuple(a for a, d in ALGORITHMS.items() if d["servers"])  # algorithms with server ranks (--servers P)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32")
 OPS = ("sum", "prod", "max", "min")
 BACKENDS = ("mpi", "nccl", "gloo")
@@ -56,38 +59,38 @@ HALF_NOTE = ("float16/bfloat16 on MPI: 2-byte storage reduced by gdlbench's own 
 
 @dataclass(frozen=True)
 class Kind:
-    """One collective, as the CLI, the report and the model see it (the C++ twin: csrc/comm/collective.h)."""
+    """One collective, as the CLI, the report and the model see it: its entry in the native
+    harness's table (csrc/comm/collective.h, kCollectives), read through _core.collectives()."""
 
     name: str
     reduces: bool  # takes --op
     rooted: bool  # has --root and one buffer: in place only
     size_is_total: bool  # the size is the whole buffer of N blocks (nccl-tests), not each rank's
-    bus_factor_formula: str  # nccl-tests' busbw = algbw x this ...
-    bus_factor: Callable[[int], float]  # ... at N ranks (0 on one rank wherever it has N-1: no link)
+    bus_factor_formula: str  # nccl-tests' busbw = algbw x this at N ranks
     host_buffers: int  # buffers of the row's size a rank holds (send, receive, scratch), for the memory check
     algos: tuple[str, ...] = ("library",)  # what --algo may name; library: the backend's own call
     cost: str | None = None  # its costmodel entry; None: the entry of the algorithm it runs
-    fits: bool = False  # --fit: the alpha-beta model is fitted to its sweep (and per level, on several nodes)
+
+    @property
+    def fits(self) -> bool:
+        """--fit: the alpha-beta model is fitted to its sweep (and per level, on several nodes):
+        the collective with algorithms to compare."""
+        return len(self.algos) > 1
+
+    def bus_factor(self, nranks: int) -> float:
+        """nccl-tests' busbw factor at N ranks (0 on one rank wherever it has N-1: no link)."""
+        return float(_core.bus_factor(self.name, nranks))
 
     def cost_name(self, algo: str) -> str:
         """The costmodel entry that prices this collective run with `algo`."""
         return self.cost or algo
 
 
-COLLECTIVES: dict[str, Kind] = {k.name: k for k in (
-    Kind("allreduce", reduces=True, rooted=False, size_is_total=False, bus_factor_formula="2(N-1)/N",
-         bus_factor=lambda n: 2.0 * (n - 1) / n, host_buffers=3,
-         algos=ALGOS, fits=True),
-    Kind("reduce_scatter", reduces=True,
-         rooted=False, size_is_total=True, bus_factor_formula="(N-1)/N",
-         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="reduce_scatter"),
-    Kind("allgather", reduces=False, rooted=False,
-         size_is_total=True, bus_factor_formula="(N-1)/N",
-         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="allgather"),
-    Kind("broadcast", reduces=False, rooted=True, size_is_total=False,
-         bus_factor_formula="1",
-         bus_factor=lambda n: 1.0, host_buffers=1, cost="broadcast"),
-)}
+COLLECTIVES: dict[str, Kind] = {
+    d["name"]: Kind(d["name"], reduces=d["reduces"], rooted=d["rooted"], size_is_total=d["size_is_total"],
+                    bus_factor_formula=d["bus_factor_formula"], host_buffers=d["host_buffers"],
+                    algos=tuple(d["algos"]), cost=d["cost"])
+    for d in _core.collectives()}
 # What each backend lacks: a row that asks for it is waived (listed with the reason, not run).
 BACKEND_ALGOS = {"mpi": ALGOS, "nccl": ("library",), "gloo": ("library",)}
 BACKEND_DTYPES = {"mpi": DTYPES, "nccl": DTYPES, "gloo": gloo.DTYPES}

@@ -43,6 +43,16 @@ def command_of(result: Any) -> str:
     return command
 
 
+def reproduce(results: Sequence[Any]) -> list[str]:
+    """The commands that measure these results again: each one's request.to_argv() (a result made
+    without a request, from a user's arrays, has none), each command once."""
+    import shlex
+
+    argvs = [shlex.join(["gdlbench", *r.request.to_argv()]) for r in results
+             if getattr(r, "request", None) is not None]
+    return list(dict.fromkeys(argvs))
+
+
 def table_of(results: Sequence[Any]) -> tuple[list[Column], list[dict[str, Any]]]:
     """The table the CLI prints for these results (of one kind): their class's `table(results)`
     where it shapes its own rows (all-reduce puts out-of-place and in-place side by side),
@@ -133,7 +143,9 @@ class Compare:
             from . import env
 
             self._env = env.collect(self.comm) if self.is_root else {}
-        return Report(command, self.args, self._env, self._timing(command), rows=self.rows(command),
+        again = reproduce(self.groups[command])
+        args = self.args | ({"requests": again} if again else {})
+        return Report(command, args, self._env, self._timing(command), rows=self.rows(command),
                       summary=self.summary, notes=self.notes)
 
     def to_json(self, command: str | None = None) -> str:

@@ -4,7 +4,7 @@ microseconds per dense byte: the COST of `gdlbench predict --compress RATIO:COST
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -14,7 +14,7 @@ from ._native import _core
 from .errors import UsageError
 from .measurement import Measurement, check_timing
 from .report import Column, fmt_float
-from .units import parse_count
+from .units import option_argv, parse_count
 
 CHECK_VALUES = 10_000
 
@@ -49,6 +49,31 @@ def check_topk(ratio: float) -> int:
     return topk_wrong(g, idx, val, ratio) + topk_wrong(timed_g, timed_idx, timed_val, ratio)
 
 
+@dataclass(frozen=True)
+class CompressRequest:
+    """One top-k encode to time, checked once when made; to_argv() is the `gdlbench compress`
+    command that times it again."""
+
+    ratio: float = 100.0
+    values: int = 16_000_000
+    iters: int = 5
+    warmup: int = 1
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.values, (int, np.integer)) or self.values < 1:
+            raise UsageError(f"compress: values must be a positive integer, got {self.values!r}")
+        if not self.ratio >= 1 or self.ratio == float("inf"):
+            raise UsageError(f"compress: ratio must be a finite number >= 1, got {self.ratio!r}")
+        object.__setattr__(self, "ratio", float(self.ratio))
+        check_timing(self.iters, self.warmup, "compress")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time this encode again."""
+        return ["compress", *option_argv([("--ratio", self.ratio), ("--values", self.values), ("--iters", self.iters),
+                                          ("--warmup", self.warmup), ("--no-check", not self.check)])]
+
+
 @dataclass
 class CompressResult:
     """One top-k encode of `values` fp32 gradient values at compression ratio `ratio`."""
@@ -63,6 +88,7 @@ class CompressResult:
     values: int
     measurement: Measurement
     wrong: int
+    request: CompressRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def kept(self) -> int:
@@ -81,17 +107,16 @@ class CompressResult:
                 "wrong": self.wrong}
 
 
-def compress(ratio: float = 100.0, values: int | str = 16_000_000, *, iters: int = 5, warmup: int = 1,
-             check: bool = True) -> CompressResult:
+def compress(ratio: float | CompressRequest = 100.0, values: int | str = 16_000_000, *, iters: int = 5,
+             warmup: int = 1, check: bool = True) -> CompressResult:
     """Time the top-k encode of one gradient of `values` fp32 values (an int, or '16M' as the CLI's
-    --values) at compression ratio `ratio` >= 1, on one thread (`gdlbench compress`)."""
-    if isinstance(values, str):
-        values = parse_count(values, "compress: values")
-    if not isinstance(values, (int, np.integer)) or values < 1:
-        raise UsageError(f"compress: values must be a positive integer, got {values!r}")
-    if not ratio >= 1 or ratio == float("inf"):
-        raise UsageError(f"compress: ratio must be a finite number >= 1, got {ratio!r}")
-    check_timing(iters, warmup, "compress")
-    m = Measurement(_core.topk_encode_time(n=int(values), ratio=float(ratio), warmup=warmup, iters=iters), "steady-clock",
-                    "top-k encode of one gradient (one thread)")
-    return CompressResult(float(ratio), int(values), m, check_topk(ratio) if check else 0)
+    --values) at compression ratio `ratio` >= 1, on one thread (`gdlbench compress`); or a
+    CompressRequest. The result carries its request."""
+    if isinstance(ratio, CompressRequest):
+        req = ratio
+    else:
+        n = parse_count(values, "compress: values") if isinstance(values, str) else values
+        req = CompressRequest(ratio, n, iters, warmup, check)
+    m = Measurement(_core.topk_encode_time(n=int(req.values), ratio=req.ratio, warmup=req.warmup, iters=req.iters),
+                    "steady-clock", "top-k encode of one gradient (one thread)")
+    return CompressResult(req.ratio, int(req.values), m, check_topk(req.ratio) if req.check else 0, req)

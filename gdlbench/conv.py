@@ -5,7 +5,7 @@ Timed by the native harness; checked, untimed, against a float64 numpy direct co
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 import numpy as np
@@ -14,9 +14,9 @@ from . import env
 from ._fault import corrupt, fault_count
 from ._native import _core, require_cuda
 from .errors import CheckFailed, UsageError
-from .measurement import Measurement, check_timing
+from .measurement import Measurement, check_device, check_threads, check_timing
 from .report import KERNEL_COLUMNS, Column
-from .units import format_bytes
+from .units import format_bytes, option_argv
 
 if TYPE_CHECKING:
     from .network import Layer
@@ -127,6 +127,84 @@ class ConvShape:
                 "bias": int(self.bias)}
 
 
+DEFAULT_WORKSPACE_LIMIT = 1 << 30  # the largest cuDNN workspace, bytes
+CPU_ALGOS = ("heuristic", "search", "im2col")  # the CPU has one algorithm; the first two name it too
+
+
+def format_hw(v: Sequence[int]) -> str:
+    return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
+
+
+@dataclass(frozen=True)
+class ConvRequest:
+    """One convolution's passes to time, checked once when made (check_on(device) adds what
+    depends on the device that runs it); to_argv() is the `gdlbench conv` command that times it
+    again. layer and count only label the rows (a network's name for the layer, how often it
+    occurs): to_argv() gives the geometry, and requests that differ only there are equal."""
+
+    shape: ConvShape = ConvShape(8, 64, 56, 56, 64, 3, 3)
+    passes: tuple[str, ...] = PASSES
+    device: str = "auto"
+    dtype: str = "float32"
+    layout: str = "nchw"
+    algo: str = "heuristic"
+    workspace_limit: int = DEFAULT_WORKSPACE_LIMIT
+    all_algos: bool = False
+    iters: int = 20
+    warmup: int = 5
+    threads: int | None = None
+    check: bool = True
+    layer: str = field(default="", compare=False)
+    count: int = field(default=1, compare=False)
+
+    def __post_init__(self) -> None:
+        self.shape.validate()
+        object.__setattr__(self, "passes", tuple(_passes(self.passes)))
+        check_timing(self.iters, self.warmup, "conv")
+        check_device(self.device, "conv")
+        check_threads(self.threads, "conv")
+        if self.layout not in LAYOUTS:
+            raise UsageError(f"conv: layout must be nchw or nhwc, got {self.layout!r}")
+        if not (isinstance(self.workspace_limit, (int, np.integer)) and self.workspace_limit >= 0):
+            raise UsageError(f"conv: --workspace-limit must be a byte count >= 0, got {self.workspace_limit!r}")
+        if self.count < 1:
+            raise UsageError(f"conv: count must be >= 1, got {self.count}")
+        if self.device != "auto":
+            self.check_on(self.device)
+
+    @property
+    def name(self) -> str:
+        sh = self.shape
+        return self.layer or f"{sh.n}x{sh.c}x{sh.h}x{sh.w}*{sh.k}x{sh.r}x{sh.s}"
+
+    def check_on(self, device: str) -> None:
+        """What the device that runs it must offer: the dtype, and on the CPU its one algorithm, NCHW."""
+        allowed = CPU_DTYPES if device == "cpu" else CUDA_DTYPES
+        if self.dtype not in allowed:
+            raise UsageError(f"conv: dtype {self.dtype!r} is not available on {device} ({', '.join(allowed)})")
+        if device != "cpu":
+            return
+        if self.layout != "nchw":
+            raise UsageError("conv: the CPU backend is NCHW only (--layout nhwc needs --device cuda)")
+        if self.all_algos:
+            raise UsageError("conv: --all-algos needs --device cuda: the CPU backend has one algorithm (im2col)")
+        if self.algo not in CPU_ALGOS:
+            raise UsageError(f"conv: unknown CPU algorithm {self.algo!r}: the CPU backend has one, im2col "
+                             "(im2col + gemm)")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time this convolution again."""
+        sh = self.shape
+        return ["conv", *option_argv([
+            ("-n", sh.n), ("-c", sh.c), ("-h", sh.h), ("-w", sh.w), ("-k", sh.k), ("-r", sh.r), ("-s", sh.s),
+            ("--stride", "x".join(map(str, sh.stride))), ("--pad", "x".join(map(str, sh.pad))),
+            ("--dilation", "x".join(map(str, sh.dilation))), ("--groups", sh.groups), ("--bias", sh.bias),
+            ("--pass", "all" if self.passes == PASSES else ",".join(self.passes)), ("--device", self.device),
+            ("--dtype", self.dtype), ("--layout", self.layout), ("--algo", self.algo),
+            ("--workspace-limit", self.workspace_limit), ("--all-algos", self.all_algos), ("--iters", self.iters),
+            ("--warmup", self.warmup), ("--threads", self.threads), ("--no-check", not self.check)])]
+
+
 class ConvCheck(TypedDict):
     """The float64 check of one run: the worst error and the wrong elements, of all passes and
     of each."""
@@ -157,10 +235,6 @@ class CudaConvRun(ConvRun):
     algos: dict[str, str]  # the cuDNN algorithm of each pass
 
 
-def format_hw(v: Sequence[int]) -> str:
-    return f"{v[0]}x{v[1]}" if v[0] != v[1] else str(v[0])
-
-
 @dataclass
 class ConvResult:
     """One pass of one convolution timed: its Measurement, TFLOP/s and the float64 check."""
@@ -184,6 +258,7 @@ class ConvResult:
     threads: int | None = None
     count: int = 1            # how often the layer occurs in its network
     check: ConvCheck | None = field(default=None)
+    request: ConvRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def tflops(self) -> float:
@@ -309,50 +384,54 @@ def compare(sh: ConvShape, got: ConvRun, inputs: Mapping[str, np.ndarray], dtype
 # --- the API ------------------------------------------------------------------------------------
 
 def _passes(passes: str | Sequence[str]) -> list[str]:
+    """'all', one pass, a comma list or a sequence of passes -> the passes, each once, in order."""
     if isinstance(passes, str):
-        passes = list(PASSES) if passes == "all" else [passes]
+        passes = list(PASSES) if passes == "all" else passes.split(",")
     passes = list(passes)
     for p in passes:
         if p not in PASSES:
-            raise UsageError(f"conv: pass must be fwd, bwd-data, bwd-filter or all, got {p!r}")
+            raise UsageError(f"conv: pass must be fwd, bwd-data, bwd-filter (a comma list) or all, got {p!r}")
+    if not passes or len(set(passes)) != len(passes):
+        raise UsageError(f"conv: passes must be given once each, got {passes!r}")
     return passes
 
 
-def conv(n: int = 8, c: int = 64, h: int = 56, w: int = 56, k: int = 64, r: int = 3, s: int = 3,
+def conv(n: int | ConvRequest = 8, c: int = 64, h: int = 56, w: int = 56, k: int = 64, r: int = 3, s: int = 3,
          stride: int | tuple[int, int] = 1, pad: int | tuple[int, int] = 0, dilation: int | tuple[int, int] = 1,
-         groups: int = 1, passes: str | list[str] = "all", device: str = "auto", dtype: str = "float32",
+         groups: int = 1, passes: str | Sequence[str] = "all", device: str = "auto", dtype: str = "float32",
          layout: str = "nchw", algo: str = "heuristic", workspace_limit: int | None = None,
          all_algos: bool = False, *, bias: bool = False, iters: int = 20, warmup: int = 5,
          threads: int | None = None, check: bool = True, layer: str = "", count: int = 1) -> list[ConvResult]:
-    """Time the given passes of one convolution; one ConvResult per pass (per algorithm with
-    all_algos on the GPU). algo: 'heuristic' (cudnnGet*_v7), 'search' (cudnnFind*Ex) or a cuDNN
-    algorithm name (e.g. IMPLICIT_PRECOMP_GEMM, or 'fwd:FFT,bwd-data:ALGO_1'); the CPU has one
-    algorithm, im2col+gemm. workspace_limit (bytes) bounds the cuDNN workspace (default 1 GiB)."""
+    """Time the given passes of one convolution (a ConvRequest, or its fields as arguments); one
+    ConvResult per pass (per algorithm with all_algos on the GPU). algo: 'heuristic'
+    (cudnnGet*_v7), 'search' (cudnnFind*Ex) or a cuDNN algorithm name (e.g. IMPLICIT_PRECOMP_GEMM,
+    or 'fwd:FFT,bwd-data:ALGO_1'); the CPU has one algorithm, im2col+gemm. workspace_limit (bytes)
+    bounds the cuDNN workspace (default 1 GiB)."""
+    if isinstance(n, ConvRequest):
+        return run(n)
     shape = ConvShape(n, c, h, w, k, r, s, _pair(stride, "stride"), _pair(pad, "pad"), _pair(dilation, "dilation"),
                       groups, bool(bias))
-    shape.validate()
-    check_timing(iters, warmup, "conv")
-    if layout not in LAYOUTS:
-        raise UsageError(f"conv: layout must be nchw or nhwc, got {layout!r}")
-    if workspace_limit is not None and workspace_limit < 0:
-        raise UsageError(f"conv: workspace_limit must be >= 0, got {workspace_limit}")
-    passes = _passes(passes)
-    dev, _ = env.resolve_device(device)
-    name = layer or f"{n}x{c}x{h}x{w}*{k}x{r}x{s}"
+    limit = DEFAULT_WORKSPACE_LIMIT if workspace_limit is None else workspace_limit
+    return run(ConvRequest(shape, tuple(_passes(passes)), device, dtype, layout, algo, limit, all_algos, iters,
+                           warmup, threads, check, layer, count))
+
+
+def run(req: ConvRequest) -> list[ConvResult]:
+    """Time one request; each result carries it."""
+    dev, _ = env.resolve_device(req.device)
+    req.check_on(dev)
+    passes = list(req.passes)
     if dev == "cpu":
-        return _conv_cpu(shape, passes, dtype, layout, algo, all_algos, iters, warmup, threads, check, name, count)
-    return _conv_cuda(shape, passes, dtype, layout, algo, workspace_limit, all_algos, iters, warmup, check, name,
-                      count)
+        results = _conv_cpu(req.shape, passes, req.dtype, req.iters, req.warmup, req.threads, req.check, req.name,
+                            req.count)
+    else:
+        results = _conv_cuda(req.shape, passes, req.dtype, req.layout, req.algo, req.workspace_limit, req.all_algos,
+                             req.iters, req.warmup, req.check, req.name, req.count)
+    return [replace(res, request=req) for res in results]
 
 
-def _conv_cpu(sh: ConvShape, passes: list[str], dtype: str, layout: str, algo: str, all_algos: bool, iters: int,
-              warmup: int, threads: int | None, check: bool, name: str, count: int) -> list[ConvResult]:
-    if dtype not in CPU_DTYPES:
-        raise UsageError(f"conv: dtype {dtype!r} is not available on cpu (float32)")
-    if layout != "nchw":
-        raise UsageError("conv: the CPU backend is NCHW only (--layout nhwc needs --device cuda)")
-    if algo not in ("heuristic", "search", "im2col"):
-        raise UsageError(f"conv: unknown CPU algorithm {algo!r}: the CPU backend has one, im2col (im2col + gemm)")
+def _conv_cpu(sh: ConvShape, passes: list[str], dtype: str, iters: int, warmup: int, threads: int | None,
+              check: bool, name: str, count: int) -> list[ConvResult]:
     threads = threads or env.default_threads()
     _core.set_blas_threads(threads)
     _core.set_compute_threads(threads)
@@ -391,13 +470,11 @@ def check_cpu(sh: ConvShape) -> ConvCheck:
     return compare(sh, run_cpu(sh, inputs), inputs, "float32")
 
 
-def _conv_cuda(sh: ConvShape, passes: list[str], dtype: str, layout: str, algo: str, workspace_limit: int | None,
+def _conv_cuda(sh: ConvShape, passes: list[str], dtype: str, layout: str, algo: str, workspace_limit: int,
                all_algos: bool, iters: int, warmup: int, check: bool, name: str, count: int) -> list[ConvResult]:
     cuda = require_cuda()
-    if dtype not in CUDA_DTYPES:
-        raise UsageError(f"conv: dtype {dtype!r} is not available on cuda ({', '.join(CUDA_DTYPES)})")
     mode, named = parse_algo(algo, passes, cuda.conv_algo_names())
-    limit = (1 << 30) if workspace_limit is None else int(workspace_limit)
+    limit = int(workspace_limit)
     rows = cuda.conv_time(geometry=sh.geometry(), dtype=dtype, layout=layout, mode=mode, named=named,
                           workspace_limit=limit, passes=passes, all_algos=all_algos, warmup=warmup, iters=iters)
     region = "one cudnnConvolution{Forward,BackwardData,BackwardFilter} call, workspace preallocated"

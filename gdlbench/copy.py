@@ -9,7 +9,7 @@ the copy a CPU training step makes of its input batch), and every row says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,13 +17,51 @@ import numpy as np
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import MAX_ITERS, Measurement, check_timing
+from .measurement import MAX_ITERS, Measurement, check_device, check_threads, check_timing
 from .report import Column, fmt_float
-from .units import format_bytes, parse_size
+from .units import format_bytes, option_argv, parse_size
 
 DIRECTIONS = ("h2d", "d2h", "d2d")
 MEMORIES = ("pinned", "pageable")
 CPU_NOTE = "no GPU: a host memcpy into the compute buffer stands in for the transfer"
+
+
+@dataclass(frozen=True)
+class CopyRequest:
+    """Copies of size_bytes in one direction to time, checked once when made; to_argv() is the
+    `gdlbench copy` command that times them again. d2d copies device memory (memory 'device')."""
+
+    size_bytes: int
+    direction: str = "h2d"
+    memory: str = "pinned"
+    device: str = "auto"
+    copies: int = 4
+    iters: int = 10
+    warmup: int = 2
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size_bytes, (int, np.integer)) or self.size_bytes < 1:
+            raise UsageError(f"copy: size must be a positive number of bytes, got {self.size_bytes!r}")
+        check_timing(self.iters, self.warmup, "copy")
+        if not (isinstance(self.copies, (int, np.integer)) and 1 <= self.copies <= MAX_ITERS):
+            raise UsageError(f"copy: --copies must be from 1 to {MAX_ITERS}, got {self.copies}")
+        if self.direction not in DIRECTIONS:
+            raise UsageError(f"copy: direction must be h2d, d2h or d2d, got {self.direction!r}")
+        if self.memory not in (*MEMORIES, "device"):
+            raise UsageError(f"copy: memory must be pinned or pageable, got {self.memory!r}")
+        if self.direction == "d2d":
+            object.__setattr__(self, "memory", "device")
+        check_device(self.device, "copy")
+        check_threads(self.threads, "copy")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time these copies again."""
+        return ["copy", *option_argv([
+            ("--size", self.size_bytes), ("--direction", self.direction),
+            ("--memory", None if self.memory == "device" else self.memory), ("--device", self.device),
+            ("--copies", self.copies), ("--iters", self.iters), ("--warmup", self.warmup),
+            ("--threads", self.threads)])]
 
 
 @dataclass
@@ -46,6 +84,7 @@ class CopyResult:
     measurement: Measurement  # one sample = `copies` back-to-back copies
     wrong: int
     note: str = ""
+    request: CopyRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def gbs(self) -> float:
@@ -79,23 +118,22 @@ def plan(direction: str, memory: str) -> list[tuple[str, str]]:
     return [(d, "device" if d == "d2d" else m) for d in dirs for m in (mems if d != "d2d" else mems[:1])]
 
 
-def copy(size: int | str, direction: str = "h2d", memory: str = "pinned", device: str = "auto", *, copies: int = 4,
-         iters: int = 10, warmup: int = 2, threads: int | None = None) -> CopyResult:
+def copy(size: int | str | CopyRequest, direction: str = "h2d", memory: str = "pinned", device: str = "auto", *,
+         copies: int = 4, iters: int = 10, warmup: int = 2, threads: int | None = None) -> CopyResult:
     """Time `copies` copies of `size` bytes (an int, or '1GB' as the CLI's --size) per sample in
-    one direction, h2d, d2h or d2d, from pinned or pageable host memory (`gdlbench copy`)."""
-    if isinstance(size, str):
-        size = parse_size(size, "copy: size")
-    if not isinstance(size, (int, np.integer)) or size < 1:
-        raise UsageError(f"copy: size must be a positive number of bytes, got {size!r}")
-    check_timing(iters, warmup, "copy")
-    if not 1 <= copies <= MAX_ITERS:
-        raise UsageError(f"copy: --copies must be from 1 to {MAX_ITERS}, got {copies}")
-    if direction not in DIRECTIONS:
-        raise UsageError(f"copy: direction must be h2d, d2h or d2d, got {direction!r}")
-    if memory not in (*MEMORIES, "device"):
-        raise UsageError(f"copy: memory must be pinned or pageable, got {memory!r}")
-    if direction == "d2d":
-        memory = "device"
+    one direction, h2d, d2h or d2d, from pinned or pageable host memory (`gdlbench copy`); or a
+    CopyRequest. The result carries its request."""
+    if isinstance(size, CopyRequest):
+        req = size
+    else:
+        nbytes = parse_size(size, "copy: size") if isinstance(size, str) else size
+        req = CopyRequest(nbytes, direction, memory, device, copies, iters, warmup, threads)
+    return replace(_copy(req.size_bytes, req.direction, req.memory, req.device, req.copies, req.iters, req.warmup,
+                         req.threads), request=req)
+
+
+def _copy(size: int, direction: str, memory: str, device: str, copies: int, iters: int, warmup: int,
+          threads: int | None) -> CopyResult:
     dev, _ = env.resolve_device(device)
     if dev == "cpu":
         hostmem.require_host(2 * size, "copy")

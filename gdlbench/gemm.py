@@ -3,7 +3,7 @@ and checked, untimed, against a float64 reference."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -13,8 +13,9 @@ from ._fault import corrupt, fault_count
 from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
-from .measurement import Measurement, check_timing
+from .measurement import Measurement, check_device, check_threads, check_timing
 from .report import KERNEL_COLUMNS, Column
+from .units import option_argv
 
 CPU_DTYPES = ("float32", "float64")
 CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float64")
@@ -24,6 +25,43 @@ CUDA_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float64")
 TOLERANCE = {"float64": 1e-12, "float32": 2e-5, "tf32": 2e-5, "float16": 2e-3, "bfloat16": 1e-2}
 CHECK_ROWS = 128  # rows of C compared with the reference: large GEMMs stay cheap to check
 _NUMPY_DTYPE = {"float32": np.float32, "float64": np.float64}
+
+
+@dataclass(frozen=True)
+class GemmRequest:
+    """One GEMM shape to time, checked once when made; to_argv() is the `gdlbench gemm` command
+    that times it again. device 'auto': cuda when a GPU is visible (the result says which ran)."""
+
+    m: int = 2048
+    n: int = 2048
+    k: int = 2048
+    dtype: str = "float32"
+    device: str = "auto"
+    iters: int = 20
+    warmup: int = 5
+    threads: int | None = None
+    check: bool = True
+    trans_a: bool = False
+    trans_b: bool = False
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        validate_shape(self.m, self.n, self.k)
+        check_timing(self.iters, self.warmup, "gemm")
+        check_device(self.device, "gemm")
+        check_threads(self.threads, "gemm")
+        if self.dtype not in (*CPU_DTYPES, *CUDA_DTYPES):
+            raise UsageError(f"gemm: unknown dtype {self.dtype!r} (cpu: {', '.join(CPU_DTYPES)}; "
+                             f"cuda: {', '.join(CUDA_DTYPES)})")
+        if not 0 <= self.seed < 2**63 - 1:
+            raise UsageError(f"gemm: --seed must be from 0 to 2**63 - 2, got {self.seed}")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time this shape again."""
+        return ["gemm", *option_argv([
+            ("-m", self.m), ("-n", self.n), ("-k", self.k), ("--dtype", self.dtype), ("--device", self.device),
+            ("--iters", self.iters), ("--warmup", self.warmup), ("--threads", self.threads),
+            ("--ta", self.trans_a), ("--tb", self.trans_b), ("--no-check", not self.check), ("--seed", self.seed)])]
 
 
 @dataclass
@@ -44,6 +82,7 @@ class GemmResult:
     trans_b: bool
     measurement: Measurement
     check: dict[str, Any] | None = field(default=None)
+    request: GemmRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def tflops(self) -> float:
@@ -97,24 +136,34 @@ def compare(c_rows: np.ndarray, a: np.ndarray, b: np.ndarray, rows: np.ndarray, 
             "checked_rows": int(rows.size), "passed": wrong == 0}
 
 
-def gemm(m: int = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", device: str = "auto", *,
-         iters: int = 20, warmup: int = 5, threads: int | None = None, check: bool = True,
+def gemm(m: int | GemmRequest = 2048, n: int = 2048, k: int = 2048, dtype: str = "float32", device: str = "auto",
+         *, iters: int = 20, warmup: int = 5, threads: int | None = None, check: bool = True,
          trans_a: bool = False, trans_b: bool = False, a: Any = None, b: Any = None, seed: int = 1) -> GemmResult:
-    """Time C = op(A) @ op(B). Give sizes (random inputs), or arrays `a` and `b` (numpy -> CPU, any
-    object with __cuda_array_interface__, e.g. CuPy -> GPU); their shapes then set m, n and k."""
-    check_timing(iters, warmup, "gemm")
-    if not 0 <= seed < 2**63 - 1:
-        raise UsageError(f"gemm: --seed must be from 0 to 2**63 - 2, got {seed}")
+    """Time C = op(A) @ op(B): a GemmRequest, or its fields as arguments. Give sizes (random
+    inputs), or arrays `a` and `b` (numpy -> CPU, any object with __cuda_array_interface__, e.g.
+    CuPy -> GPU); their shapes then set m, n and k."""
     if (a is None) != (b is None):
         raise UsageError("gemm: give both a and b, or neither")
     if a is not None:
+        check_timing(iters, warmup, "gemm")
+        check_threads(threads, "gemm")
         return _gemm_arrays(a, b, iters=iters, warmup=warmup, threads=threads, check=check,
                             trans_a=trans_a, trans_b=trans_b)
-    validate_shape(m, n, k)
-    dev, _ = env.resolve_device(device)
+    req = m if isinstance(m, GemmRequest) else GemmRequest(m, n, k, dtype, device, iters, warmup, threads, check,
+                                                            trans_a, trans_b, seed)
+    return run(req)
+
+
+def run(req: GemmRequest) -> GemmResult:
+    """Time one request (random inputs of its seed); the result carries it."""
+    dev, _ = env.resolve_device(req.device)
     if dev == "cpu":
-        return _gemm_cpu(m, n, k, dtype, iters, warmup, threads, check, trans_a, trans_b, seed)
-    return _gemm_cuda(m, n, k, dtype, iters, warmup, check, trans_a, trans_b, seed)
+        result = _gemm_cpu(req.m, req.n, req.k, req.dtype, req.iters, req.warmup, req.threads, req.check,
+                           req.trans_a, req.trans_b, req.seed)
+    else:
+        result = _gemm_cuda(req.m, req.n, req.k, req.dtype, req.iters, req.warmup, req.check, req.trans_a,
+                            req.trans_b, req.seed)
+    return replace(result, request=req)
 
 
 def _shape_of(m: int, n: int, k: int, trans_a: bool, trans_b: bool) -> tuple[tuple[int, int], tuple[int, int]]:

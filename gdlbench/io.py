@@ -23,9 +23,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .errors import UsageError
-from .measurement import Measurement, check_timing
+from .measurement import Measurement, check_threads, check_timing
 from .paths import require_writable_dir
 from .report import Column, fmt_float
+from .units import option_argv
 
 MANIFEST = "gdlbench-dataset.json"
 FORMAT_VERSION = 1
@@ -165,6 +166,44 @@ def _read_decode(path: Path) -> int:
     return len(data)
 
 
+MAX_IMAGES, MAX_BATCH = 10**7, 10**6
+
+
+@dataclass(frozen=True)
+class IoRequest:
+    """One batch read (and decoded unless decode is False) to time, checked once when made;
+    to_argv() is the `gdlbench io` command that times it again. The dataset: `images` JPEG files
+    of size (width, height), generated once in `directory` and reused (None: a temporary one);
+    threads: default the usable cores."""
+
+    batch: int = 64
+    threads: int | None = None
+    decode: bool = True
+    images: int = 256
+    size: tuple[int, int] = DEFAULT_SIZE
+    directory: str | None = None
+    iters: int = 10
+    warmup: int = 2
+
+    def __post_init__(self) -> None:
+        size = parse_image_size(self.size) if isinstance(self.size, str) else tuple(int(v) for v in self.size)
+        object.__setattr__(self, "size", parse_image_size("x".join(map(str, size))))
+        if not (1 <= self.images <= MAX_IMAGES and 1 <= self.batch <= MAX_BATCH):
+            raise UsageError(f"io: --images must be >= 1 and at most 10,000,000, --batch >= 1 and at most 1,000,000; "
+                             f"got {self.images} and {self.batch}")
+        check_timing(self.iters, self.warmup, "io")
+        check_threads(self.threads, "io")
+        if self.directory is not None:
+            object.__setattr__(self, "directory", str(self.directory))
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time this read again."""
+        return ["io", *option_argv([
+            ("--dir", self.directory), ("--images", self.images), ("--batch", self.batch),
+            ("--size", "x".join(map(str, self.size))), ("--decode", self.decode), ("--no-decode", not self.decode),
+            ("--iters", self.iters), ("--warmup", self.warmup), ("--threads", self.threads)])]
+
+
 @dataclass
 class IoResult:
     """One batch read (and decoded) timed: the Measurement, images/s and MB/s."""
@@ -185,6 +224,7 @@ class IoResult:
     size: tuple[int, int]
     measurement: Measurement  # one sample = one batch
     batch_bytes: list[int] = field(default_factory=list)
+    request: IoRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def images_per_s(self) -> float:
@@ -231,22 +271,40 @@ def time_read(dataset: Dataset, batch: int = 64, threads: int = 4, decode: bool 
                     Measurement(samples, "steady-clock", region), sizes)
 
 
-def io(batch: int = 64, threads: int | None = None, decode: bool = True, *, images: int = 256,
+def io(batch: int | IoRequest = 64, threads: int | None = None, decode: bool = True, *, images: int = 256,
        size: str | tuple[int, int] = DEFAULT_SIZE, directory: str | os.PathLike[str] | None = None,
        iters: int = 10, warmup: int = 2) -> IoResult:
     """t_io (`gdlbench io`): read, and decode unless decode=False, a batch of `batch` JPEG files
     with `threads` threads (default: the usable cores) from a dataset of `images` files of `size`
     ('500x375' or (500, 375)), generated once in `directory` and reused (default: a temporary
-    directory, removed afterwards)."""
+    directory, removed afterwards); or an IoRequest. The result carries its request."""
+    if isinstance(batch, IoRequest):
+        req = batch
+    else:
+        wh = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
+        req = IoRequest(batch, threads, decode, images, wh, None if directory is None else str(directory), iters,
+                        warmup)
+    return read_rows([req])[1][0]
+
+
+def read_rows(requests: list[IoRequest]) -> tuple[Dataset, list[IoResult]]:
+    """Time each request on one dataset (the requests share the directory, images and size): the
+    dataset (removed again when temporary) and the results, each carrying its request."""
     from . import env
 
-    wh = parse_image_size(size) if isinstance(size, str) else (int(size[0]), int(size[1]))
-    ds = Dataset.ensure(directory, images, wh)
+    first = requests[0]
+    if any((r.directory, r.images, r.size) != (first.directory, first.images, first.size) for r in requests):
+        raise UsageError("io: the requests read one dataset: give them the same directory, images and size")
+    ds = Dataset.ensure(first.directory, first.images, first.size)
     try:
-        return time_read(ds, batch, threads or env.usable_cores(), decode, iters, warmup)
+        results = [time_read(ds, r.batch, r.threads or env.usable_cores(), r.decode, r.iters, r.warmup)
+                   for r in requests]
     finally:
         if ds.tmp is not None:
             ds.tmp.cleanup()
+    for res, req in zip(results, requests, strict=True):
+        res.request = req
+    return ds, results
 
 
 class BatchReader:

@@ -45,13 +45,14 @@ from ._native import MPI, _core, require_cuda, require_thread_level
 from .collectives import DEFAULT_TIMEOUT_S
 from .errors import UsageError
 from .hostmem import require_device, require_host
-from .measurement import Measurement, check_timing
+from .measurement import Measurement, check_device, check_threads, check_timing
 from .model import Phases, Prediction, Span, hidden_us, message_label, predict_iteration
 from .model import plan_messages as model_plan_messages
 from .model import plan_sharded as model_plan_sharded
 from .network import Network, load_network
 from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
+from .units import option_argv
 
 if TYPE_CHECKING:
     from .io import BatchReader
@@ -69,6 +70,66 @@ def default_batch(net: str, device: str) -> int:
 
 # A sharded plan's message kinds, as the executor numbers them (csrc/common/iteration.h, MessageKind).
 MESSAGE_KINDS = {"allreduce": 0, "reduce_scatter": 1, "allgather": 2}
+
+
+@dataclass(frozen=True)
+class IterationRequest:
+    """What Iteration measures, checked once when made; to_argv() is the `gdlbench iteration`
+    command that measures it again. net: a built-in name, a spec file or a Network (given by its
+    origin); strategy: a preset, a comma list, all, or Strategy objects (given by their names).
+    `iters` rounds, `warmup` untimed iterations before each composed one; with target_se_pct,
+    `iters` is the most rounds: the run stops once min_rounds are done and every strategy's error
+    has a standard error at most target_se_pct, or once the rounds have taken budget_s seconds
+    (target_se_pct and budget_s: None or 0, off). io_threads: threads that read the batch
+    (default: the compute threads)."""
+
+    net: str | Network = "resnet50"
+    batch: int | None = None
+    device: str = "auto"
+    strategy: str | tuple[Strategy, ...] = "wfbp"
+    iters: int = 5
+    warmup: int = 1
+    threads: int | None = None
+    io: bool = True
+    io_dir: str | None = None
+    io_threads: int | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    target_se_pct: float | None = None
+    min_rounds: int = 5
+    budget_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch is not None and not self.batch >= 1:
+            raise UsageError(f"iteration: --batch must be >= 1, got {self.batch}")
+        check_device(self.device, "iteration")
+        if isinstance(self.strategy, str):
+            get_strategies(self.strategy)  # bad names fail before any work
+        else:
+            object.__setattr__(self, "strategy", tuple(self.strategy))
+        check_timing(self.iters, self.warmup, "iteration")
+        check_threads(self.threads, "iteration")
+        if self.io_threads is not None and not 1 <= self.io_threads <= 1024:
+            raise UsageError(f"iteration: --io-threads must be from 1 to 1024, got {self.io_threads}")
+        for what, option, v in (("target_se_pct", "--target-se", self.target_se_pct),
+                                ("budget_s", "--max-seconds", self.budget_s)):
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise UsageError(f"iteration: {option} must be a number >= 0 (0: off), got {v}")
+            object.__setattr__(self, what, v or None)
+        if self.min_rounds < 1:
+            raise UsageError(f"iteration: --min-rounds must be >= 1, got {self.min_rounds}")
+        if not (self.timeout >= 0 and math.isfinite(self.timeout)):
+            raise UsageError(f"iteration: --timeout must be a number of seconds >= 0 (0: off), got {self.timeout}")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that measure this again (under the same launcher and ranks)."""
+        net = self.net.origin if isinstance(self.net, Network) else self.net
+        strategy = self.strategy if isinstance(self.strategy, str) else ",".join(s.name for s in self.strategy)
+        return ["iteration", *option_argv([
+            ("--net", net), ("--batch", self.batch), ("--device", self.device), ("--strategy", strategy),
+            ("--iters", self.iters), ("--warmup", self.warmup), ("--threads", self.threads), ("--no-io", not self.io),
+            ("--io-dir", self.io_dir), ("--io-threads", self.io_threads), ("--timeout", float(self.timeout)),
+            ("--target-se", float(self.target_se_pct or 0)), ("--min-rounds", self.min_rounds),
+            ("--max-seconds", float(self.budget_s or 0))])]
 
 
 @dataclass
@@ -415,6 +476,7 @@ class IterationResult:
     isolated_traces: list[dict[str, Any]] = field(default_factory=list)  # the median isolated round, per rank
     # how the convolution algorithms were chosen (the CUDA executor; None on the CPU: one algorithm)
     conv_algorithms: str | None = None
+    request: IterationRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def measurement(self) -> Measurement:
@@ -635,29 +697,29 @@ def _inside_phases(rounds: list[tuple[float, list[dict[str, Any]]]], clock: str)
 
 
 class Iteration:
-    """Iteration(net, batch, device, strategy).measure() -> IterationResult. `iters` rounds (A B,
-    module docstring); `warmup` untimed iterations before each composed iteration and the run's
-    first isolated round. With target_se_pct, `iters` is the most rounds: the run stops once
-    min_rounds are done and every strategy's error has a standard error at most target_se_pct
-    (its isolated and composed parts; contention's adds to it on several ranks), or once the
-    rounds have taken budget_s seconds."""
+    """Iteration(request).measure() -> IterationResult, or Iteration(net, batch, device,
+    strategy, ...) with IterationRequest's fields as arguments. `iters` rounds (A B, module
+    docstring); IterationRequest says how the rounds stop. comm: the communicator (default the
+    world); progress: called with a line at each step."""
 
     # The composed run sends gradients from a communication thread while the main thread computes;
     # the main thread calls MPI (barriers, max over ranks) only while that thread is idle.
     MPI_THREAD_LEVEL = "serialized"
 
-    def __init__(self, net: str | Network = "resnet50", batch: int | None = None, device: str = "auto",
-                 strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
+    def __init__(self, net: str | Network | IterationRequest = "resnet50", batch: int | None = None,
+                 device: str = "auto", strategy: str | list[Strategy] = "wfbp", *, iters: int = 5, warmup: int = 1,
                  threads: int | None = None, io: bool = True, io_dir: str | None = None,
                  io_threads: int | None = None, comm: MPI.Intracomm | None = None,
                  progress: Callable[[str], None] | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  target_se_pct: float | None = None, min_rounds: int = 5, budget_s: float | None = None) -> None:
-        self.net = load_network(net)
-        self.device, self.device_why = env.resolve_device(device)
-        self.batch = batch if batch is not None else default_batch(self.net.name, self.device)
-        if self.batch < 1:
-            raise UsageError(f"--batch must be >= 1, got {self.batch}")
-        self.strategies = get_strategies(strategy) if isinstance(strategy, str) else list(strategy)
+        req = net if isinstance(net, IterationRequest) else IterationRequest(
+            net, batch, device, strategy if isinstance(strategy, str) else tuple(strategy), iters, warmup, threads,
+            io, io_dir, io_threads, timeout, target_se_pct, min_rounds, budget_s)
+        self.request = req
+        self.net = load_network(req.net)
+        self.device, self.device_why = env.resolve_device(req.device)
+        self.batch = req.batch if req.batch is not None else default_batch(self.net.name, self.device)
+        self.strategies = get_strategies(req.strategy) if isinstance(req.strategy, str) else list(req.strategy)
         self.skipped: list[str] = []
         if self.device == "cuda":  # the CUDA executor sends every message with NCCL's all-reduce
             self.skipped = [s.name for s in self.strategies if s.collective == "ps" or s.shard]
@@ -665,17 +727,18 @@ class Iteration:
             if not self.strategies:
                 raise UsageError("iteration --device cuda: parameter-server and sharded strategies run on the CPU "
                                  "executor only")
-        check_timing(iters, warmup, "iteration")
-        self.iters, self.warmup = iters, warmup
-        for what, v in (("target_se_pct", target_se_pct), ("budget_s", budget_s)):
-            if v is not None and not (v > 0 and math.isfinite(v)):
-                raise UsageError(f"iteration: {what} must be a number > 0, got {v}")
-        if min_rounds < 1:
-            raise UsageError(f"iteration: min_rounds must be >= 1, got {min_rounds}")
-        self.target_se_pct, self.min_rounds, self.budget_s = target_se_pct, min_rounds, budget_s
-        if not (timeout >= 0 and math.isfinite(timeout)):
-            raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {timeout}")
-        self.timeout = float(timeout)  # a message or iteration without progress this long ends the job
+        self.iters, self.warmup = req.iters, req.warmup
+        self.target_se_pct, self.min_rounds, self.budget_s = req.target_se_pct, req.min_rounds, req.budget_s
+        self.timeout = float(req.timeout)  # a message or iteration without progress this long ends the job
+        self._require_memory()
+        self.threads = req.threads or env.default_threads()
+        self.io, self.io_dir, self.io_threads = req.io, req.io_dir, req.io_threads
+        require_thread_level(self.MPI_THREAD_LEVEL, "the composed iteration (its communication thread)")
+        self.comm = comm or env.world()
+        self.progress = progress or (lambda _msg: None)
+
+    def _require_memory(self) -> None:
+        """UsageError when the executor's buffers do not fit this device (each rank on this node)."""
         need = executor_bytes(self.net, self.batch)
         what = f"iteration --net {self.net.name} --batch {self.batch}: the executor's buffers (at least)"
         if self.device == "cuda":
@@ -683,11 +746,6 @@ class Iteration:
         else:
             local = env.local_ranks()
             require_host(need * local, what + (f", {local} ranks on this node" if local > 1 else ""))
-        self.threads = threads or env.default_threads()
-        self.io, self.io_dir, self.io_threads = io, io_dir, io_threads
-        require_thread_level(self.MPI_THREAD_LEVEL, "the composed iteration (its communication thread)")
-        self.comm = comm or env.world()
-        self.progress = progress or (lambda _msg: None)
 
     def overlap_efficiency(self) -> float:
         """0 when this CPU's compute threads fill every core: the communication and the prefetched
@@ -909,4 +967,5 @@ class Iteration:
         model_phases = result.phases_model()  # before any strategy's slowdowns are recorded in result
         for k, plan in enumerate(plans):
             result.runs.append(self._strategy_run(result, k, plan, rounds, clock, model_phases, isolated_whole))
+        result.request = self.request
         return result

@@ -9,15 +9,17 @@ LAYER_TYPES below (and in csrc/cpu/*.cpp).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from . import env
 from ._native import _core, require_cuda
 from .errors import UsageError
 from .hostmem import require_device, require_host
-from .measurement import Measurement, check_timing
+from .measurement import Measurement, check_device, check_threads, check_timing
 from .report import Column, fmt_float
+from .units import option_argv
 
 PASSES = ("fwd", "bwd-data", "bwd-filter", "bwd")
 
@@ -95,6 +97,7 @@ class LayerResult:
     pass_: str
     measurement: Measurement
     bytes_in: int
+    request: LayerRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def gbs(self) -> float:
@@ -121,16 +124,65 @@ def resolve(layer: str | dict[str, Any]) -> list[dict[str, Any]]:
     return [{"name": n, **BUILTIN[n]} for n in names]
 
 
-def layer(layer: str | dict[str, Any] = "resnet50-bn2a", batch: int = 32, device: str = "auto",
+def _pass_list(passes: str | tuple[str, ...]) -> tuple[str, ...]:
+    if isinstance(passes, str):
+        passes = tuple(p.strip() for p in passes.split(",") if p.strip())
+    if not passes:
+        raise UsageError(f"layer: --pass names no pass ({', '.join(PASSES)})")
+    for p in passes:
+        if p not in PASSES:
+            raise UsageError(f"layer: pass must be one of {', '.join(PASSES)}, got {p!r}")
+    return tuple(passes)
+
+
+@dataclass(frozen=True)
+class LayerRequest:
+    """Layers to time, checked once when made: built-in ones by name (a comma list, or 'all') or
+    one spec dict as Network.layer_specs() gives it; to_argv() is the `gdlbench layer` command
+    that times them again. passes: 'fwd', 'bwd-data', 'bwd-filter', 'bwd', a tuple or a comma list."""
+
+    layer: str | dict[str, Any] = "resnet50-bn2a"
+    batch: int = 32
+    device: str = "auto"
+    passes: tuple[str, ...] = ("fwd", "bwd")
+    iters: int = 20
+    warmup: int = 5
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        self.specs()  # bad names fail here
+        if not self.batch >= 1:
+            raise UsageError(f"layer: --batch must be >= 1, got {self.batch}")
+        object.__setattr__(self, "passes", _pass_list(self.passes))
+        check_timing(self.iters, self.warmup, "layer")
+        check_device(self.device, "layer")
+        check_threads(self.threads, "layer")
+
+    def specs(self) -> list[dict[str, Any]]:
+        return resolve(self.layer)
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time these layers again."""
+        which = ("--spec", json.dumps(self.layer)) if isinstance(self.layer, dict) else ("--layer", self.layer)
+        return ["layer", *option_argv([which, ("-b", self.batch), ("--device", self.device),
+                                       ("--pass", ",".join(self.passes)), ("--iters", self.iters),
+                                       ("--warmup", self.warmup), ("--threads", self.threads)])]
+
+
+def layer(layer: str | dict[str, Any] | LayerRequest = "resnet50-bn2a", batch: int = 32, device: str = "auto",
           passes: str | tuple[str, ...] = ("fwd", "bwd"), *, iters: int = 20, warmup: int = 5,
           threads: int | None = None) -> list[LayerResult]:
     """Time the forward and backward passes of layers other than convolution (`gdlbench layer`):
-    built-in ones by name (a comma list, or 'all') or one spec dict as Network.layer_specs()
-    gives it. passes: 'fwd', 'bwd-data', 'bwd-filter', 'bwd', a tuple or a comma list."""
-    if isinstance(passes, str):
-        passes = tuple(p.strip() for p in passes.split(",") if p.strip())
-    return [r for spec in resolve(layer) for r in time_layer(spec, batch, device, passes, iters=iters,
-                                                                warmup=warmup, threads=threads)]
+    a LayerRequest, or its fields as arguments. Each result carries the request of its own layer."""
+    req = layer if isinstance(layer, LayerRequest) else LayerRequest(layer, batch, device, _pass_list(passes), iters,
+                                                                      warmup, threads)
+    results: list[LayerResult] = []
+    for spec in req.specs():
+        one = req if isinstance(req.layer, dict) else replace(req, layer=spec["name"])
+        results += [replace(r, request=one) for r in time_layer(spec, req.batch, req.device, req.passes,
+                                                                 iters=req.iters, warmup=req.warmup,
+                                                                 threads=req.threads)]
+    return results
 
 
 def layer_types(device: str = "cpu") -> list[str]:

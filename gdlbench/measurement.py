@@ -29,6 +29,22 @@ def check_timing(iters: int, warmup: int, what: str = "") -> None:
         raise UsageError(f"{prefix}--warmup must be an integer from 0 to {MAX_ITERS}, got {warmup!r}")
 
 
+DEVICES = ("auto", "cpu", "cuda")  # what a request's device may name (auto: cuda when a GPU is visible)
+MAX_THREADS = 1024
+
+
+def check_threads(threads: int | None, what: str = "") -> None:
+    """UsageError unless threads is None (the default) or from 1 to MAX_THREADS."""
+    if threads is not None and not (isinstance(threads, (int, np.integer)) and 1 <= threads <= MAX_THREADS):
+        raise UsageError(f"{what + ': ' if what else ''}--threads must be from 1 to {MAX_THREADS}, got {threads!r}")
+
+
+def check_device(device: str, what: str) -> None:
+    """UsageError unless device is auto, cpu or cuda."""
+    if device not in DEVICES:
+        raise UsageError(f"{what}: --device must be one of {', '.join(DEVICES)}, got {device!r}")
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Per-iteration samples in microseconds, the clock that took them and what they timed.

@@ -27,6 +27,7 @@ from .paths import read_json
 from .scaling import DEFAULT_WORKERS, comm_model_from
 from .strategies import OVERLAPS, Strategy, fused, get_strategies
 from .units import SIZE_CONVENTION, parse_bandwidth, size_text
+from .units import option_argv as _argv
 
 GRAD_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 MAX_WORKERS = 1_000_000
@@ -36,20 +37,6 @@ Load = Callable[[str, str], Any]  # load(path, option): a JSON file named by an 
 def option(name: str) -> str:
     """The command-line option of a request field: from_file -> --from, per_node -> --per-node."""
     return "--from" if name == "from_file" else "--" + name.replace("_", "-")
-
-
-def number_text(x: float) -> str:
-    """A float as short as it reads back exactly: 5, 0.0001, 12.345678901."""
-    return f"{x:g}" if float(f"{x:g}") == x else repr(x)
-
-
-def _argv(pairs: list[tuple[str, Any]]) -> list[str]:
-    """--option value for each pair whose value is given."""
-    out: list[str] = []
-    for name, value in pairs:
-        if value is not None:
-            out += [name, number_text(value) if isinstance(value, float) else str(value)]
-    return out
 
 
 def _check_workers(workers: tuple[int, ...] | list[int]) -> None:

@@ -40,10 +40,10 @@ from .errors import UsageError
 from .iteration import default_batch, traced_breakdown
 from .network import load_network
 from .paths import write_atomic
-from .prediction import CommSource, PredictRequest, evaluate, number_text
+from .prediction import CommSource, PredictRequest, evaluate
 from .scaling import DEFAULT_WORKERS as PREDICT_WORKERS
 from .strategies import Strategy, get_strategies
-from .units import parse_size
+from .units import number_text, parse_size
 
 INDEX = "study.json"
 FORMAT = 1

@@ -29,7 +29,7 @@ _SWEEPS = (("intra", "node", "library", "all", "every node's ranks at once (MPI_
            ("inter_shared", "cross", "library", "all", "every local rank's all-reduce across nodes at once, each "
             "call started together (a barrier on the whole communicator), as hier's shards cross"))
 _SHARED_LEVELS = ("intra_rsag", "inter_shared")  # only with several ranks per node
-_MODEL_ALGOS = ("library", "ring", "hier", "rd", "tree")
+_MODEL_ALGOS = tuple(a for a in C.ALGOS if a not in C.SERVER_ALGOS)  # what the two-level model prices
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
-"""Parsing sizes and counts the way users type them, and saying which convention was applied."""
+"""Parsing sizes and counts the way users type them, saying which convention was applied, and
+writing values back as options that read back exactly (a request's to_argv())."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import UsageError
 
@@ -112,3 +115,22 @@ def format_bytes(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{int(n)} B"
+
+
+def number_text(x: float) -> str:
+    """A float as short as it reads back exactly: 5, 0.0001, 12.345678901."""
+    return f"{x:g}" if float(f"{x:g}") == x else repr(x)
+
+
+def option_argv(pairs: Sequence[tuple[str, Any]]) -> list[str]:
+    """--option value for each pair whose value is given (None: left out); True: the bare flag,
+    False: left out."""
+    out: list[str] = []
+    for name, value in pairs:
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(name)
+        else:
+            out += [name, number_text(value) if isinstance(value, float) else str(value)]
+    return out

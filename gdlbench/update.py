@@ -18,13 +18,48 @@ import numpy as np
 from . import env, hostmem
 from ._native import _core, require_cuda
 from .errors import UsageError
-from .measurement import Measurement, check_timing
+from .measurement import Measurement, check_device, check_threads, check_timing
 from .report import Column, fmt_float
-from .units import parse_count
+from .units import option_argv, parse_count
 
 BYTES_PER_PARAM = 20
 CHECK_PARAMS = 1 << 16
 TOLERANCE = 1e-6  # max |w - ref| / max(1, |ref|): a few float32 roundings
+
+
+@dataclass(frozen=True)
+class UpdateRequest:
+    """One SGD step over `params` fp32 parameters (and a copy of the same traffic) to time,
+    checked once when made; to_argv() is the `gdlbench update` command that times it again."""
+
+    params: int = 25_600_000
+    device: str = "auto"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    iters: int = 20
+    warmup: int = 5
+    threads: int | None = None
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, (int, np.integer)) or self.params < 1:
+            raise UsageError(f"update: params must be a positive integer, got {self.params!r}")
+        check_timing(self.iters, self.warmup, "update")
+        lr, momentum, wd = self.lr, self.momentum, self.weight_decay
+        if not (0 <= lr < float("inf") and 0 <= momentum < 1 and 0 <= wd < float("inf")):
+            raise UsageError(f"update: need finite --lr >= 0, 0 <= --momentum < 1 and finite --weight-decay >= 0, "
+                             f"got {lr}, {momentum}, {wd}")
+        check_device(self.device, "update")
+        check_threads(self.threads, "update")
+
+    def to_argv(self) -> list[str]:
+        """gdlbench's arguments that time this step again."""
+        return ["update", *option_argv([
+            ("--params", self.params), ("--device", self.device), ("--lr", float(self.lr)),
+            ("--momentum", float(self.momentum)), ("--weight-decay", float(self.weight_decay)),
+            ("--iters", self.iters), ("--warmup", self.warmup), ("--threads", self.threads),
+            ("--no-check", not self.check)])]
 
 
 @dataclass
@@ -49,6 +84,7 @@ class UpdateResult:
     copy: Measurement
     copy_bytes: int
     check: dict[str, Any] | None = field(default=None)
+    request: UpdateRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
 
     @property
     def measurement(self) -> Measurement:
@@ -112,19 +148,25 @@ def check_kernel(step: Callable[[np.ndarray, np.ndarray, np.ndarray], object], l
     return {"max_rel_error": err, "tolerance": TOLERANCE, "wrong": wrong, "checked": n, "passed": err <= TOLERANCE}
 
 
-def update(params: int | str = 25_600_000, device: str = "auto", *, lr: float = 0.01, momentum: float = 0.9,
-           weight_decay: float = 5e-4, iters: int = 20, warmup: int = 5, threads: int | None = None,
-           check: bool = True) -> UpdateResult:
+def update(params: int | str | UpdateRequest = 25_600_000, device: str = "auto", *, lr: float = 0.01,
+           momentum: float = 0.9, weight_decay: float = 5e-4, iters: int = 20, warmup: int = 5,
+           threads: int | None = None, check: bool = True) -> UpdateResult:
     """Time one SGD step over `params` fp32 parameters (an int, or '25.6M' as the CLI's --params)
-    and a copy of the same traffic, interleaved (`gdlbench update`)."""
-    if isinstance(params, str):
-        params = parse_count(params, "update: params")
-    if not isinstance(params, (int, np.integer)) or params < 1:
-        raise UsageError(f"update: params must be a positive integer, got {params!r}")
-    check_timing(iters, warmup, "update")
-    if not (0 <= lr < float("inf") and 0 <= momentum < 1 and 0 <= weight_decay < float("inf")):
-        raise UsageError(f"update: need finite lr >= 0, 0 <= momentum < 1 and finite weight_decay >= 0, got "
-                         f"{lr}, {momentum}, {weight_decay}")
+    and a copy of the same traffic, interleaved (`gdlbench update`); or an UpdateRequest. The
+    result carries its request."""
+    if isinstance(params, UpdateRequest):
+        req = params
+    else:
+        n = parse_count(params, "update: params") if isinstance(params, str) else params
+        req = UpdateRequest(n, device, lr, momentum, weight_decay, iters, warmup, threads, check)
+    result = _update(req.params, req.device, req.lr, req.momentum, req.weight_decay, req.iters, req.warmup,
+                     req.threads, req.check)
+    result.request = req
+    return result
+
+
+def _update(params: int, device: str, lr: float, momentum: float, weight_decay: float, iters: int, warmup: int,
+            threads: int | None, check: bool) -> UpdateResult:
     dev, _ = env.resolve_device(device)
     total = 32 * params  # w, g, v (12 B/param) + copy source and destination (2 x 10 B/param)
     if dev == "cpu":

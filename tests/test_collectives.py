@@ -500,7 +500,18 @@ def test_algorithms_a_backend_lacks_are_waived(monkeypatch, capsys, tmp_path):
 
 
 def test_collective_descriptions_drive_the_cli():
-    """The Python descriptions: sizes, bus factors and cost entries come from COLLECTIVES."""
+    """The descriptions: sizes, bus factors and cost entries come from COLLECTIVES, which is the
+    native harness's own table (csrc/comm/collective.h) read through _core, not a twin of it."""
+    from gdlbench._native import _core
+
+    assert [d["name"] for d in _core.collectives()] == list(C.COLLECTIVES)
+    assert C.ALGOS == tuple(a["name"] for a in _core.algorithms()) == C.kind("allreduce").algos
+    assert C.SERVER_ALGOS == ("ps",) and C.kind("broadcast").algos == ("library",)
+    assert [k.size_is_total for k in C.COLLECTIVES.values()] == [False, True, True, False]
+    assert [k.host_buffers for k in C.COLLECTIVES.values()] == [3, 2, 2, 1]
+    assert [k.fits for k in C.COLLECTIVES.values()] == [True, False, False, False]
+    with pytest.raises(ValueError, match="ranks must be >= 1"):
+        _core.bus_factor("allreduce", 0)
     assert C.element_count("allgather", 1000, "float32", 4) == (62, 992)  # whole blocks of N
     assert C.element_count("allreduce", 1000, "float32", 4) == (250, 1000)
     assert [C.bus_factor(c, 4) for c in C.COLLECTIVES] == [1.5, 0.75, 0.75, 1.0]

@@ -244,7 +244,8 @@ def test_cli_conv_lists_and_measures_a_users_net(tmp_path):
     (["conv", "--stride", "2x"], "--stride"),
     (["conv", "--pad", "-1", "-c", "4", "-h", "8", "-k", "4"], "padding"),
     (["conv", "--workspace-limit", "lots"], "workspace-limit"),
-    (["conv", "--pass", "sideways"], "invalid choice"),
+    (["conv", "--pass", "sideways"], "pass must be"),
+    (["conv", "--pass", "fwd,fwd"], "once each"),
 ])
 def test_cli_conv_bad_input_is_one_line_and_exit_2(argv, message):
     p = run_cli(*argv)

@@ -41,6 +41,30 @@ def test_gemm():
     assert gdlbench.gemm(a=a, b=b, iters=1, warmup=0).check["wrong"] == 0
 
 
+@covers("GemmRequest", "ConvRequest", "LayerRequest", "CollectiveRequest", "CopyRequest", "UpdateRequest",
+        "IoRequest", "CompressRequest", "IterationRequest")
+def test_requests_ask_and_are_carried(tmp_path):
+    """Each measurement as a typed request: the function takes it, the result carries it, and
+    to_argv() is its command (tests/test_requests.py reads each back through the CLI)."""
+    asked = [gdlbench.GemmRequest(16, 16, 16, device="cpu", iters=1, warmup=0),
+             gdlbench.ConvRequest(gdlbench.ConvShape(1, 2, 5, 5, 2, 3, 3), ("fwd",), "cpu", iters=1, warmup=0),
+             gdlbench.LayerRequest("alexnet-fc6", 1, "cpu", ("fwd",), 1, 0),
+             gdlbench.CopyRequest(4096, device="cpu", iters=1, warmup=0),
+             gdlbench.UpdateRequest(1000, "cpu", iters=1, warmup=0),
+             gdlbench.IoRequest(1, 1, images=2, size=(16, 16), directory=str(tmp_path), iters=1, warmup=0),
+             gdlbench.CompressRequest(10.0, 1000, 1, 0)]
+    results = [gdlbench.gemm(asked[0]), gdlbench.conv(asked[1])[0], gdlbench.layer(asked[2])[0],
+               gdlbench.copy(asked[3]), gdlbench.update(asked[4]), gdlbench.io(asked[5]), gdlbench.compress(asked[6])]
+    for req, r in zip(asked, results, strict=True):
+        assert r.request == req and req.to_argv()[0] == r.command
+    ar = gdlbench.allreduce([64], iters=1, warmup=0)[0]
+    assert isinstance(ar.request, gdlbench.CollectiveRequest) and ar.request.to_argv()[:3] == ["allreduce", "--size", "64"]
+    it = gdlbench.IterationRequest("tests/data/mlp.json", 2, "cpu", "serial", iters=1, warmup=0, io=False)
+    assert it.to_argv()[:3] == ["iteration", "--net", "tests/data/mlp.json"]
+    with pytest.raises(gdlbench.UsageError, match="--batch"):
+        gdlbench.IterationRequest(batch=0)
+
+
 @covers("conv", "ConvResult", "ConvShape")
 def test_conv():
     rows = gdlbench.conv(2, 3, 8, 8, 4, 3, 3, pad=1, device="cpu", iters=2, warmup=0)

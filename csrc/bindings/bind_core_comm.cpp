@@ -133,6 +133,50 @@ void bind_comm(py::module_& m) {
       py::arg("comm"), py::arg("name"), py::arg("send"), py::arg("recv"), py::arg("op") = "sum", py::arg("root") = 0,
       py::arg("dtype") = "",
       "One call of collective `name` on numpy buffers, as the timed loop makes it (send None: in place).");
+  m.def(
+      "collectives",
+      [] {
+        py::list out;
+        for (const comm::Description& d : comm::kCollectives) {
+          py::list algos;
+          for (const comm::AlgoName& a : comm::kAlgos)
+            if (d.algorithms || a.id == comm::Algo::library) algos.append(a.name);
+          py::dict e;
+          e["name"] = d.name;
+          e["reduces"] = d.reduces;
+          e["rooted"] = d.rooted;
+          e["size_is_total"] = d.size_is_total;
+          e["algos"] = algos;
+          e["host_buffers"] = d.host_buffers;
+          e["cost"] = d.cost ? py::object(py::str(d.cost)) : py::object(py::none());
+          e["bus_factor_formula"] = d.bus_factor_formula;
+          out.append(e);
+        }
+        return out;
+      },
+      "comm::kCollectives (csrc/comm/collective.h): each collective's name, whether it reduces, is rooted, sizes "
+      "the whole buffer, the algorithms it takes, its host buffers, its cost entry and its bus factor's formula.");
+  m.def(
+      "algorithms",
+      [] {
+        py::list out;
+        for (const comm::AlgoName& a : comm::kAlgos) {
+          py::dict e;
+          e["name"] = a.name;
+          e["servers"] = a.servers;
+          e["about"] = a.about;
+          out.append(e);
+        }
+        return out;
+      },
+      "comm::kAlgos (csrc/comm/collective.h): the all-reduce algorithms' names, which have server ranks, and what each is.");
+  m.def(
+      "bus_factor",
+      [](const std::string& name, int n) {
+        GDL_REQUIRE(n >= 1, "bus_factor: ranks must be >= 1, got ", n);
+        return comm::describe(comm::parse_collective(name)).bus_factor(n);
+      },
+      py::arg("collective"), py::arg("nranks"), "nccl-tests' bus bandwidth factor of a collective at N ranks.");
 
   m.def("set_ranks_per_node", &comm::set_ranks_per_node, py::arg("ranks_per_node"),
         "Group ranks into nodes of this many consecutive ranks (0: MPI_Comm_split_type shared memory).");

@@ -57,12 +57,19 @@ struct CheckRound {
   std::size_t count;  // elements per rank
 };
 
+// The one table of the collectives: gdlbench reads it too (_core.collectives(), gdlbench/collectives.py),
+// so the CLI, the report and the model never hold a twin of it.
 struct Description {
   Collective id;
   const char* name;
-  bool reduces;  // takes a reduction op
-  bool rooted;   // has a root rank and one buffer
-  // nccl-tests' bus bandwidth factor: busbw = algbw x bus_factor(N).
+  bool reduces;        // takes a reduction op
+  bool rooted;         // has a root rank and one buffer
+  bool size_is_total;  // a row's size is the whole buffer of N blocks (nccl-tests), not each rank's
+  bool algorithms;     // takes every algorithm of kAlgos; otherwise only the library's call
+  int host_buffers;    // buffers of a row's size a rank holds (send, receive, scratch): the memory check
+  const char* cost;    // its entry in gdlbench/costmodel.py; nullptr: the entry of the algorithm it runs
+  // nccl-tests' bus bandwidth factor: busbw = algbw x bus_factor(N), and its formula as printed.
+  const char* bus_factor_formula;
   double (*bus_factor)(int n);
   Layout (*layout)(std::size_t count, int n, int rank, int root, bool inplace, InPlaceResult rs);
   double (*input)(const CheckRound& c, std::size_t i);     // element i of this rank's input
@@ -76,14 +83,14 @@ inline std::size_t own_block(const CheckRound& c) { return static_cast<std::size
 // count is per rank: reduce-scatter reduces N*count elements and keeps block `rank`; all-gather
 // gathers count elements from every rank into N*count.
 inline const Description kCollectives[] = {
-    {Collective::allreduce, "allreduce", true, false,
+    {Collective::allreduce, "allreduce", true, false, false, true, 3, nullptr, "2(N-1)/N",
      [](int n) { return 2.0 * (n - 1) / n; },
      [](std::size_t count, int, int, int, bool inplace, InPlaceResult) {
        return Layout{inplace ? 0 : count, count, 0, count, 0, count};
      },
      [](const CheckRound& c, std::size_t i) { return check_value(c.op, c.seed, c.rank, c.n, i); },
      [](const CheckRound& c, std::size_t j) { return check_expected(c.op, c.seed, c.n, j); }},
-    {Collective::reduce_scatter, "reduce_scatter", true, false,
+    {Collective::reduce_scatter, "reduce_scatter", true, false, true, false, 2, "reduce_scatter", "(N-1)/N",
      [](int n) { return double(n - 1) / n; },
      [](std::size_t count, int n, int rank, int, bool inplace, InPlaceResult rs) {
        const std::size_t all = count * static_cast<std::size_t>(n);
@@ -92,7 +99,7 @@ inline const Description kCollectives[] = {
      },
      [](const CheckRound& c, std::size_t i) { return check_value(c.op, c.seed, c.rank, c.n, i); },
      [](const CheckRound& c, std::size_t j) { return check_expected(c.op, c.seed, c.n, detail::own_block(c) + j); }},
-    {Collective::allgather, "allgather", false, false,
+    {Collective::allgather, "allgather", false, false, true, false, 2, "allgather", "(N-1)/N",
      [](int n) { return double(n - 1) / n; },
      [](std::size_t count, int n, int rank, int, bool inplace, InPlaceResult) {
        const std::size_t all = count * static_cast<std::size_t>(n);
@@ -104,7 +111,7 @@ inline const Description kCollectives[] = {
      [](const CheckRound& c, std::size_t j) {
        return check_value(Op::max, c.seed, static_cast<int>(j / (c.count ? c.count : 1)), c.n, j);
      }},
-    {Collective::broadcast, "broadcast", false, true,
+    {Collective::broadcast, "broadcast", false, true, false, false, 1, "broadcast", "1",
      [](int) { return 1.0; },
      [](std::size_t count, int, int rank, int root, bool, InPlaceResult) {
        return Layout{0, count, 0, rank == root ? count : 0, 0, count};
@@ -124,13 +131,23 @@ inline Collective parse_collective(const std::string& s) {
   GDL_FAIL("unknown collective '", s, "' (", names, ")");
 }
 
+// The all-reduce algorithms' names (gdlbench reads them: _core.algorithms()); each name is also its
+// cost formula's key in gdlbench/costmodel.py.
 struct AlgoName {
   Algo id;
   const char* name;
+  bool servers;       // has server ranks (--servers P)
+  const char* about;  // what `allreduce --algo` says of it
 };
 inline const AlgoName kAlgos[] = {
-    {Algo::library, "library"}, {Algo::ring, "ring"}, {Algo::rd, "rd"}, {Algo::tree, "tree"}, {Algo::ps, "ps"},
-    {Algo::hier, "hier"}};
+    {Algo::library, "library", false, "MPI_Allreduce / ncclAllReduce"},
+    {Algo::ring, "ring", false, "reduce-scatter + all-gather around a ring"},
+    {Algo::rd, "rd", false, "recursive doubling"},
+    {Algo::tree, "tree", false, "binomial reduce + broadcast"},
+    {Algo::ps, "ps", true, "parameter server"},
+    {Algo::hier, "hier", false,
+     "two levels: intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node all-gather; "
+     "below 64 KiB the node leaders' reduce/all-reduce/broadcast"}};
 
 inline const char* algo_name(Algo a) { return kAlgos[static_cast<int>(a)].name; }
 
@@ -175,8 +192,8 @@ inline void validate(const BenchSpec& spec, int n) {
   if (d.rooted)
     GDL_REQUIRE(spec.root >= 0 && spec.root < n, d.name, ": root must be between 0 and ", n - 1, ", got ", spec.root);
   if (spec.algo != Algo::library)
-    GDL_REQUIRE(spec.coll == Collective::allreduce, "algorithm ", algo_name(spec.algo), " is an all-reduce; ",
-                d.name, " has only the library's");
+    GDL_REQUIRE(d.algorithms, "algorithm ", algo_name(spec.algo), " is an all-reduce; ", d.name,
+                " has only the library's");
 }
 
 // How the exact check reaches a harness's buffers: host memory directly (MPI), device memory

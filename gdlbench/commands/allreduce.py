@@ -81,12 +81,9 @@ def _row_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
         p.add_argument("-o", "--op", default="sum", help=f"{', '.join(C.OPS)}; a comma list or all (default sum)")
     if len(kind.algos) > 1:
         p.add_argument("--algo", default="library",
-                       help="library (MPI_Allreduce / ncclAllReduce), ring, rd (recursive doubling), tree "
-                            "(binomial reduce + broadcast), ps (parameter server), hier (two levels: "
-                            "intra-node reduce-scatter, inter-node all-reduce of each shard, intra-node "
-                            "all-gather; below 64 KiB the node leaders' reduce/all-reduce/broadcast; the "
-                            "algo column says which ran); a comma list or all (what the backend lacks is "
-                            "listed as waived)")
+                       help=", ".join(f"{a} ({d['about']})" for a, d in C.ALGORITHMS.items() if a in kind.algos)
+                       + "; the algo column says which variant ran; a comma list or all (what the backend "
+                         "lacks is listed as waived)")
         p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
 
 

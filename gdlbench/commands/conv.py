@@ -14,7 +14,8 @@ from dataclasses import replace
 from .. import conv_layers, env
 from ..cli import common_options, outputs
 from ..compare import Compare
-from ..conv import CPU_DTYPES, CUDA_DTYPES, ConvShape, conv, format_hw
+from ..conv import ConvRequest, ConvShape, format_hw
+from ..conv import run as run_conv
 from ..errors import CheckFailed, UsageError
 from ..network import net_option
 from ..report import Progress
@@ -44,8 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every distinct conv layer of a network: a built-in net or a .json/.py spec file")
     p.add_argument("--list", action="store_true",
                    help=f"list the conv layers of --net (default: {', '.join(conv_layers.LISTED)}) and exit")
-    p.add_argument("--pass", dest="pass_", default="all", choices=["fwd", "bwd-data", "bwd-filter", "all"],
-                   help="which pass to time (default all)")
+    p.add_argument("--pass", dest="pass_", default="all",
+                   help="which passes to time: fwd, bwd-data, bwd-filter, a comma list, or all (default)")
     p.add_argument("--dtype", default="float32", help="cpu: float32; cuda: float32, tf32, float16, bfloat16")
     p.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"], help="tensor layout (cuda; cpu: nchw)")
     p.add_argument("--algo", default="heuristic",
@@ -73,8 +74,6 @@ def _pair_arg(text: str, what: str) -> tuple[int, int]:
 def shapes_from_args(args: argparse.Namespace) -> list[tuple[str, int, ConvShape]]:
     """(layer name, count, shape) for each row set the arguments ask for."""
     batch = 8 if args.batch is None else args.batch
-    if batch <= 0:
-        raise UsageError(f"-n: the batch must be a positive integer, got {batch}")
     geometry_given = any(getattr(args, a) is not None for a in ("c", "h", "w", "k", "r", "s")) or \
         (args.stride, args.pad, args.dilation, args.groups) != ("1", "0", "1", 1)
     if (args.layer or args.net) and geometry_given:
@@ -93,8 +92,16 @@ def shapes_from_args(args: argparse.Namespace) -> list[tuple[str, int, ConvShape
     s = r if args.s is None else args.s
     sh = ConvShape(batch, c, h, w, k, r, s, _pair_arg(args.stride, "--stride"), _pair_arg(args.pad, "--pad"),
                    _pair_arg(args.dilation, "--dilation"), args.groups, args.bias)
-    sh.validate()
     return [("", 1, sh)]
+
+
+def requests_from_args(args: argparse.Namespace) -> list[ConvRequest]:
+    """One request per convolution the arguments ask for, each checked once (to_argv() gives its
+    geometry back; layer and count label its rows)."""
+    limit = 0 if str(args.workspace_limit) == "0" else parse_size(args.workspace_limit, "--workspace-limit")
+    return [ConvRequest(sh, args.pass_, args.device, args.dtype, args.layout, args.algo, limit, args.all_algos,
+                        args.iters, args.warmup, args.threads, args.check, name, count)
+            for name, count, sh in shapes_from_args(args)]
 
 
 def _list_layers(nets: Sequence[str]) -> int:
@@ -113,24 +120,16 @@ def run(args: argparse.Namespace) -> int:
         if args.layer:
             raise UsageError("--list lists a net's layers: give --net NET or nothing, not --layer")
         return _list_layers([args.net] if args.net else conv_layers.LISTED)
-    rows_in = shapes_from_args(args)
-    for _name, _count, sh in rows_in:
-        sh.validate()
-    limit = parse_size(args.workspace_limit, "--workspace-limit") if args.workspace_limit not in ("0", 0) else 0
+    requests = requests_from_args(args)
     files = outputs(args)
     device, why = env.resolve_device(args.device)
-    allowed = CPU_DTYPES if device == "cpu" else CUDA_DTYPES
-    if args.dtype not in allowed:
-        raise UsageError(f"--dtype {args.dtype!r} is not available on {device} ({', '.join(allowed)})")
-    if args.all_algos and device == "cpu":
-        raise UsageError("--all-algos needs --device cuda: the CPU backend has one algorithm (im2col)")
+    for req in requests:  # before the first row is timed
+        req.check_on(device)
     is_root = env.rank() == 0
-    progress = Progress(len(rows_in), "conv", enabled=is_root)
+    progress = Progress(len(requests), "conv", enabled=is_root)
     results = []
-    for name, count, sh in rows_in:
-        rs = conv(sh.n, sh.c, sh.h, sh.w, sh.k, sh.r, sh.s, sh.stride, sh.pad, sh.dilation, sh.groups, args.pass_,
-                  device, args.dtype, args.layout, args.algo, limit, args.all_algos, bias=sh.bias, iters=args.iters,
-                  warmup=args.warmup, threads=args.threads, check=args.check, layer=name, count=count)
+    for req in requests:
+        rs = run_conv(req)
         results += rs
         progress.step(f"{rs[0].layer}: " + ", ".join(f"{r.pass_} {r.tflops:.3f}" for r in rs) + " TFLOP/s")
     summary = {}
@@ -151,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                + "".join(f"; {k.removesuffix('_total_us')} total {v / 1e3:.2f} ms (layers x count)"
                          for k, v in sorted(summary.items())))
     Compare(results, title=f"gdlbench conv ({args.dtype}, {args.layout if device == 'cuda' else 'nchw'})",
-            caption=caption, args=vars(args) | {"device": device, "workspace_limit_bytes": limit},
+            caption=caption, args=vars(args) | {"device": device, "workspace_limit_bytes": requests[0].workspace_limit},
             summary=summary).emit(files)
     if not all(r.passed for r in results):
         raise CheckFailed("convolution results differ from the float64 reference beyond the tolerance")

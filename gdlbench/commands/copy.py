@@ -7,7 +7,7 @@ import argparse
 from .. import env
 from ..cli import common_options, outputs
 from ..compare import Compare
-from ..copy import CPU_NOTE, copy, plan
+from ..copy import CPU_NOTE, CopyRequest, copy, plan
 from ..errors import CheckFailed
 from ..report import Progress
 from ..units import SIZE_CONVENTION, format_bytes, parse_size
@@ -22,25 +22,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(iters=10, warmup=2)
 
 
-def run(args: argparse.Namespace) -> int:
-    size = parse_size(args.size, "--size")
+def requests_from_args(args: argparse.Namespace, device: str) -> list[CopyRequest]:
+    """One request per direction and host memory the arguments ask for, each checked once
+    (to_argv() gives it back). On the CPU pinned and pageable are the same memcpy: one row each."""
     pairs = plan(args.direction, args.memory)
-    if args.copies < 1:
-        from ..errors import UsageError
+    if device == "cpu":
+        pairs = list(dict.fromkeys((d, "pinned") for d, _ in pairs))
+    size = parse_size(args.size, "--size")
+    return [CopyRequest(size, d, m, args.device, args.copies, args.iters, args.warmup, args.threads) for d, m in pairs]
 
-        raise UsageError(f"--copies must be >= 1, got {args.copies}")
-    files = outputs(args)
+
+def run(args: argparse.Namespace) -> int:
     device, why = env.resolve_device(args.device)
-    if device == "cpu":  # pinned and pageable are the same memcpy on the host
-        pairs = list(dict.fromkeys((d, "host") for d, _ in pairs))
+    requests = requests_from_args(args, device)
+    size = requests[0].size_bytes
+    files = outputs(args)
     is_root = env.rank() == 0
-    progress = Progress(len(pairs), "copy", enabled=is_root)
+    progress = Progress(len(requests), "copy", enabled=is_root)
     results = []
-    for d, m in pairs:
-        r = copy(size, d, "pinned" if m == "host" else m, device, copies=args.copies, iters=args.iters,
-                 warmup=args.warmup, threads=args.threads)
+    for req in requests:
+        r = copy(req)
         results.append(r)
-        progress.step(f"{d} {m}: {r.gbs:.2f} GB/s")
+        progress.step(f"{req.direction} {r.memory}: {r.gbs:.2f} GB/s")
     clock = results[0].measurement.clock
     region = ("one sample = --copies back-to-back copies between CUDA events, queued behind a kernel that holds the "
               "stream until all are enqueued (nvbandwidth's method)" if device == "cuda"

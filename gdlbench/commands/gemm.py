@@ -8,7 +8,8 @@ from .. import env
 from ..cli import common_options, outputs
 from ..compare import Compare
 from ..errors import CheckFailed, UsageError
-from ..gemm import gemm, validate_shape
+from ..gemm import GemmRequest
+from ..gemm import run as run_gemm
 from ..report import Progress
 
 
@@ -54,23 +55,26 @@ def parse_shapes(args: argparse.Namespace) -> list[tuple[int, int, int]]:
     else:
         m, n, k = (2048 if v is None else v for v in (args.m, args.n, args.k))
         shapes = [(m, n, k)]
-    for m, n, k in shapes:
-        validate_shape(m, n, k)
     return shapes
 
 
+def requests_from_args(args: argparse.Namespace) -> list[GemmRequest]:
+    """One request per shape the arguments ask for, each checked once (to_argv() gives it back)."""
+    return [GemmRequest(m, n, k, args.dtype, args.device, args.iters, args.warmup, args.threads, args.check,
+                        args.ta, args.tb, args.seed) for m, n, k in parse_shapes(args)]
+
+
 def run(args: argparse.Namespace) -> int:
-    shapes = parse_shapes(args)
+    requests = requests_from_args(args)
     files = outputs(args)
     device, why = env.resolve_device(args.device)
     is_root = env.rank() == 0
-    progress = Progress(len(shapes), "gemm", enabled=is_root)
+    progress = Progress(len(requests), "gemm", enabled=is_root)
     results = []
-    for m, n, k in shapes:
-        r = gemm(m, n, k, args.dtype, device, iters=args.iters, warmup=args.warmup, threads=args.threads,
-                 check=args.check, trans_a=args.ta, trans_b=args.tb, seed=args.seed)
+    for req in requests:
+        r = run_gemm(req)
         results.append(r)
-        progress.step(f"{m}x{n}x{k}: {r.tflops:.3f} TFLOP/s")
+        progress.step(f"{req.m}x{req.n}x{req.k}: {r.tflops:.3f} TFLOP/s")
     clock = results[0].measurement.clock
     threads = f", {results[0].threads} BLAS threads" if device == "cpu" else ""
     check = results[0].check

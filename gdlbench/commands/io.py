@@ -7,8 +7,7 @@ import argparse
 from .. import env
 from ..cli import common_options, outputs
 from ..compare import Compare
-from ..errors import UsageError
-from ..io import DEFAULT_SIZE, Dataset, parse_image_size, time_read
+from ..io import DEFAULT_SIZE, IoRequest, parse_image_size, read_rows
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,20 +24,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(iters=10, warmup=2)
 
 
-def run(args: argparse.Namespace) -> int:
+def requests_from_args(args: argparse.Namespace) -> list[IoRequest]:
+    """One request per row (read + decode and read alone, unless --decode/--no-decode picks one),
+    each checked once (to_argv() gives it back)."""
+    modes = [True, False] if args.decode is None else [args.decode]
     size = parse_image_size(args.size)
-    if not (1 <= args.images <= 10**7 and 1 <= args.batch <= 10**6):
-        raise UsageError(f"--images must be >= 1 and at most 10,000,000, --batch >= 1 and at most 1,000,000; got "
-                         f"{args.images} and {args.batch}")
+    return [IoRequest(args.batch, args.threads, d, args.images, size, args.dir, args.iters, args.warmup) for d in modes]
+
+
+def run(args: argparse.Namespace) -> int:
+    requests = requests_from_args(args)
+    size = requests[0].size
     files = outputs(args)
     threads = args.threads or env.usable_cores()
-    ds = Dataset.ensure(args.dir, args.images, size)
-    try:
-        modes = [True, False] if args.decode is None else [args.decode]
-        results = [time_read(ds, args.batch, threads, d, args.iters, args.warmup) for d in modes]
-    finally:
-        if ds.tmp is not None:
-            ds.tmp.cleanup()
+    ds, results = read_rows(requests)
     where = f"{args.dir} ({'generated' if ds.generated else 'reused'})" if args.dir else "a temporary directory"
     caption = (f"{len(ds.files)} JPEG files of {size[0]}x{size[1]} in {where}, mean {ds.mean_bytes / 1e3:.1f} KB; "
                f"timed in Python threads (Pillow's libjpeg decode releases the GIL); files in the page cache; "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,11 +14,9 @@ from .. import env
 from ..cli import common_options, outputs
 from ..collectives import DEFAULT_TIMEOUT_S
 from ..compare import Compare
-from ..errors import UsageError
-from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationResult
+from ..iteration import NO_PROGRESS_SLOWDOWN, Iteration, IterationRequest, IterationResult
 from ..network import net_option
 from ..report import Column, OutputFile, Report, fmt_float, print_table, stdout_console
-from ..strategies import get_strategies
 
 DEFAULT_STRATEGIES = "serial,prefetch,wfbp,wfbp-fusion"
 ONE_WORKER = "serial"  # on one worker: every message is a 1-rank all-reduce, so strategies need several
@@ -42,12 +39,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"stop adding rounds once the model's error has a standard error of at most PCT %% (after "
                         f"{MIN_ROUNDS} rounds; default {TARGET_SE_PCT:g}); 0: run all --iters rounds")
     p.add_argument("--max-seconds", type=float, default=BUDGET_S, metavar="S",
-                   help=f"stop adding rounds after S seconds of rounds (after {MIN_ROUNDS}; default {BUDGET_S:g})")
+                   help=f"stop adding rounds after S seconds of rounds (after --min-rounds; default {BUDGET_S:g}); "
+                        "0: off")
+    p.add_argument("--min-rounds", type=int, default=MIN_ROUNDS, metavar="R",
+                   help=f"rounds before --target-se and --max-seconds may stop the run (default {MIN_ROUNDS})")
     p.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help=f"abort the job when a message or an iteration makes no progress for this many seconds "
                         f"(a dead or hung rank); default {DEFAULT_TIMEOUT_S:g}, 0: off")
     p.add_argument("--no-io", dest="io", action="store_false", help="leave out the data I/O phase")
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
+    p.add_argument("--io-threads", type=int, help="threads that read and decode the batch (default: --threads)")
     p.add_argument("--plot", metavar="FILE.png", help="phase breakdown per strategy, predicted (needs gdlbench[plot])")
     p.add_argument("--plot-timeline", metavar="FILE.png",
                    help="measured timeline of one composed iteration of the last WFBP strategy (or the last)")
@@ -267,10 +268,18 @@ def print_result(r: IterationResult, it: Iteration) -> None:
     _print_model_notes(console, r, it)
 
 
-def run(args: argparse.Namespace) -> int:
+def request_from_args(args: argparse.Namespace) -> IterationRequest:
+    """What the arguments ask, checked once (to_argv() gives it back). Without --strategy: on one
+    worker serial (unless --full), else the default list."""
     world = env.world().Get_size()
     strategy = args.strategy or (ONE_WORKER if world == 1 and not args.full else DEFAULT_STRATEGIES)
-    get_strategies(strategy)  # bad names fail before any work
+    return IterationRequest(args.net, args.batch, args.device, strategy, args.iters, args.warmup, args.threads,
+                            args.io, args.io_dir, args.io_threads, args.timeout, args.target_se, args.min_rounds,
+                            args.max_seconds)
+
+
+def run(args: argparse.Namespace) -> int:
+    request = request_from_args(args)
     files = outputs(args)
     extra = {opt: OutputFile(path, opt) for opt, path in (("--plot", args.plot), ("--plot-timeline", args.plot_timeline),
                                                            ("--trace", args.trace)) if path}
@@ -278,16 +287,8 @@ def run(args: argparse.Namespace) -> int:
         from ..plots import require_matplotlib
 
         require_matplotlib()
-    if args.batch is not None and args.batch < 1:
-        raise UsageError(f"--batch must be >= 1, got {args.batch}")
-    for opt, v in (("--target-se", args.target_se), ("--max-seconds", args.max_seconds)):
-        if not (v >= 0 and math.isfinite(v)):
-            raise UsageError(f"{opt} must be a number >= 0 (0: off), got {v}")
     root = env.rank() == 0
-    it = Iteration(args.net, args.batch, args.device, strategy, iters=args.iters, warmup=args.warmup,
-                   threads=args.threads, io=args.io, io_dir=args.io_dir, progress=_progress(root),
-                   timeout=args.timeout, target_se_pct=args.target_se or None, min_rounds=MIN_ROUNDS,
-                   budget_s=args.max_seconds or None)
+    it = Iteration(request, progress=_progress(root))
     result = it.measure()
     if not root:
         return 0
@@ -295,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         print_result(result, it)
     else:
         print_first_screen(result, it, chosen=args.strategy is not None)
-    files.write(_report(result, vars(args) | {"strategy": strategy}))
+    files.write(_report(result, vars(args) | {"strategy": request.strategy}))
     _write_extras(result, extra)
     return 0
 

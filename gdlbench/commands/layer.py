@@ -10,7 +10,7 @@ from .. import env
 from ..cli import common_options, outputs
 from ..compare import Compare
 from ..errors import UsageError
-from ..layers import BUILTIN, PASSES, layer, resolve
+from ..layers import BUILTIN, PASSES, LayerRequest, layer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common_options(p)
 
 
-def run(args: argparse.Namespace) -> int:
+def request_from_args(args: argparse.Namespace) -> LayerRequest:
+    """What the arguments ask, checked once (to_argv() gives it back)."""
     if bool(args.layer) == bool(args.spec):
         raise UsageError("give --layer NAME or --spec JSON (one of them)")
     which: str | dict[str, Any] = args.layer
@@ -32,13 +33,14 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--spec: not JSON: {exc.msg}") from None
         if not isinstance(which, dict) or "type" not in which:
             raise UsageError("--spec: expected a JSON object with a 'type'")
-    resolve(which)  # bad names fail before any file is checked
-    if args.batch < 1:
-        raise UsageError(f"--batch must be >= 1, got {args.batch}")
+    return LayerRequest(which, args.batch, args.device, args.passes, args.iters, args.warmup, args.threads)
+
+
+def run(args: argparse.Namespace) -> int:
+    request = request_from_args(args)  # bad names fail before any file is checked
     files = outputs(args)
     device, why = env.resolve_device(args.device)
-    results = layer(which, args.batch, device, args.passes, iters=args.iters, warmup=args.warmup,
-                    threads=args.threads)
+    results = layer(request)
     clock = results[0].measurement.clock
     threads = f", {results[0].threads} threads" if results[0].threads else ""
     caption = (f"device {device} ({why}){threads}; clock {clock}; median of {args.iters} after {args.warmup} warm-up; "

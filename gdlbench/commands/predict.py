@@ -11,6 +11,7 @@ from dataclasses import fields, replace
 from rich.markup import escape
 
 from .. import cluster, env, memory
+from ..collectives import ALGOS, SERVER_ALGOS
 from ..errors import UsageError
 from ..model import CommModel
 from ..network import net_option
@@ -43,9 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="device for phases measured on the spot (auto, cpu, cuda)")
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="communication model: a saved `gdlbench allreduce --json` file with its fit")
-    p.add_argument("--algo", help="all-reduce algorithm, as allreduce --algo names it: ring (default), rd, tree, "
-                                  "library, hier (long forms such as recursive_doubling accepted); "
-                                  "with --from, which fit to use")
+    p.add_argument("--algo", help="all-reduce algorithm, as allreduce --algo names it: ring (default), "
+                                  + ", ".join(a for a in ALGOS if a not in SERVER_ALGOS and a != "ring")
+                                  + " (long forms such as recursive_doubling accepted); with --from, which fit to use")
     p.add_argument("--alpha", type=float, help="latency per step, microseconds")
     p.add_argument("--beta", type=float, help="link time per byte, microseconds per byte")
     p.add_argument("--bandwidth", metavar="BW", help="link bandwidth instead of --beta: GB/s as a bare number, "

@@ -8,9 +8,9 @@ import argparse
 from .. import env
 from ..cli import common_options, outputs
 from ..compare import Compare
-from ..errors import CheckFailed, UsageError
+from ..errors import CheckFailed
 from ..units import parse_count
-from ..update import update
+from ..update import UpdateRequest, update
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,14 +22,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common_options(p)
 
 
+def request_from_args(args: argparse.Namespace) -> UpdateRequest:
+    """What the arguments ask, checked once (to_argv() gives it back)."""
+    return UpdateRequest(parse_count(args.params, "--params"), args.device, args.lr, args.momentum, args.weight_decay,
+                         args.iters, args.warmup, args.threads, args.check)
+
+
 def run(args: argparse.Namespace) -> int:
-    n = parse_count(args.params, "--params")
+    request = request_from_args(args)
+    n = request.params
     files = outputs(args)
     device, why = env.resolve_device(args.device)
-    if not (args.lr >= 0 and 0 <= args.momentum < 1 and args.weight_decay >= 0):
-        raise UsageError("need --lr >= 0, 0 <= --momentum < 1 and --weight-decay >= 0")
-    r = update(n, device, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay, iters=args.iters,
-               warmup=args.warmup, threads=args.threads, check=args.check)
+    r = update(request)
     threads = f", {r.threads} threads" if r.threads else ""
     caption = (f"device {device} ({why}){threads}; clock {r.update.clock}; median of {args.iters} after {args.warmup} "
                "warm-up, update and copy interleaved. v = mu*v + (g + wd*w); w -= lr*v (PyTorch). Bytes moved: "
