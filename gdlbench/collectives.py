@@ -67,7 +67,9 @@ class Kind:
     host_buffers: int  # buffers of the row's size a rank holds (send, receive, scratch), for the memory check
     algos: tuple[str, ...] = ("library",)  # what --algo may name; library: the backend's own call
     cost: str | None = None  # its costmodel entry; None: the entry of the algorithm it runs
-    fits: bool = False  # --fit: the alpha-beta model is fitted to its sweep (and per level, on several nodes)
+    # --fit: the alpha-beta model is fitted to its sweep (the all-reduce also per level, on several
+    # nodes); the reduce-scatter's and all-gather's price the sharded strategies (model.CommModel)
+    fits: bool = False
 
     def cost_name(self, algo: str) -> str:
         """The costmodel entry that prices this collective run with `algo`."""
@@ -80,10 +82,10 @@ COLLECTIVES: dict[str, Kind] = {k.name: k for k in (
          algos=ALGOS, fits=True),
     Kind("reduce_scatter", reduces=True,
          rooted=False, size_is_total=True, bus_factor_formula="(N-1)/N",
-         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="reduce_scatter"),
+         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="reduce_scatter", fits=True),
     Kind("allgather", reduces=False, rooted=False,
          size_is_total=True, bus_factor_formula="(N-1)/N",
-         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="allgather"),
+         bus_factor=lambda n: (n - 1) / n, host_buffers=2, cost="allgather", fits=True),
     Kind("broadcast", reduces=False, rooted=True, size_is_total=False,
          bus_factor_formula="1",
          bus_factor=lambda n: 1.0, host_buffers=1, cost="broadcast"),

@@ -14,6 +14,7 @@ from .cluster import Cluster  # (CommSource's field `cluster` hides the module i
 from .collectives import SERVER_ALGOS
 from .errors import UsageError
 from .model import (
+    SHARD_COLLECTIVES,
     CommModel,
     Compression,
     Phases,
@@ -21,6 +22,7 @@ from .model import (
     normalise_algo,
     predict_iteration,
     predict_scaling,
+    sharded_pricing,
 )
 from .network import Network, load_network
 from .paths import read_json
@@ -321,6 +323,8 @@ def _summary(request: PredictRequest, ev: Evaluation) -> dict[str, Any]:
         "speedup": "S(N) = N t_iter(1) / t_iter(N), same strategy, weak scaling (fixed batch per worker)",
         "size_convention": SIZE_CONVENTION,
     }
+    if any(s.shard for s in ev.strategies):
+        summary["sharded_pricing"] = [sharded_pricing(ev.comm, c) for c in SHARD_COLLECTIVES]
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
     return summary
