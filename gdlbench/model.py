@@ -204,7 +204,7 @@ class CommModel:
             own = fit.get("collectives") or {}  # a saved CommModel's to_dict(): the collectives' own fits
             if not isinstance(own, dict):
                 raise TypeError("collectives must be an object")
-            fits = tuple(cls.from_dict({"algo": k} | v) for k, v in own.items())
+            fits = tuple(cls.from_dict(v | {"algo": k}) for k, v in own.items())  # (the key names it)
             return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
                        source=source or str(fit.get("source") or ""), note=str(fit.get("note") or ""),
                        regimes=regimes, collective_fits=fits)

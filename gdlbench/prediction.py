@@ -26,7 +26,7 @@ from .model import (
 )
 from .network import Network, load_network
 from .paths import read_json
-from .scaling import DEFAULT_WORKERS, comm_model_from
+from .scaling import DEFAULT_WORKERS, comm_model_from, fit_files
 from .strategies import OVERLAPS, Strategy, fused, get_strategies
 from .units import SIZE_CONVENTION, parse_bandwidth, size_text
 
@@ -267,9 +267,11 @@ def _with_contention(phases: Phases, fit_file: str | None, load: Load) -> Phases
     --backend gloo --beside-compute), where the phases have none of their own."""
     if not fit_file or phases.compute_slowdown is not None or phases.strategy_slowdowns:
         return phases
-    doc = load(fit_file, "--from")
-    found = doc.get("summary", {}).get("contention") if isinstance(doc, dict) and isinstance(
-        doc.get("summary"), dict) else None
+    found = None
+    for path in fit_files(fit_file):  # (with --from's rs/ag fits: the all-reduce's report holds it)
+        doc = load(path, "--from")
+        found = found or (doc.get("summary", {}).get("contention") if isinstance(doc, dict) and isinstance(
+            doc.get("summary"), dict) else None)
     if not isinstance(found, dict):
         return phases
     return replace(phases, compute_slowdown=found.get("compute_slowdown"), comm_slowdown=found.get("comm_slowdown"),

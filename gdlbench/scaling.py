@@ -72,6 +72,12 @@ def _is_ps(algo: str) -> bool:
         return False
 
 
+def fit_files(from_file: str) -> list[str]:
+    """--from's files: one path, or a comma list (the all-reduce's fit and the reduce_scatter and
+    allgather fits beside it); a file whose name holds a comma is one path."""
+    return [from_file] if os.path.isfile(from_file) else split_list(from_file, "--from")
+
+
 def comm_model_from(*, algo: str | None = None, alpha_us: float | None = None, beta_us_per_byte: float | None = None,
                     bandwidth: str | float | None = None, gamma_us_per_byte: float | None = None,
                     from_file: str | None = None, fit_in_phases: dict[str, Any] | list[Any] | None = None,
@@ -92,8 +98,7 @@ def comm_model_from(*, algo: str | None = None, alpha_us: float | None = None, b
     if from_file and given:
         raise UsageError("give --from FILE or --alpha/--beta (--bandwidth), not both")
     if from_file:  # a file, or a comma list: the all-reduce's fit and the reduce_scatter/allgather fits
-        files = [from_file] if os.path.isfile(from_file) else split_list(from_file, "--from")
-        return comm_model_of([(f, load(f, "--from")) for f in files], algo)
+        return comm_model_of([(f, load(f, "--from")) for f in fit_files(from_file)], algo)
     if given:
         if alpha_us is None:
             raise UsageError("--alpha (microseconds per step) is needed with --beta/--bandwidth")
