@@ -4,7 +4,10 @@ iteration of every strategy in alternating rounds; the model's prediction from t
 (with each message's measured time and the measured contention) is held against the composed
 run. Then `gdlbench predict`, fed that run's phases JSON and an alpha-beta fit from
 `gdlbench allreduce --fit` measured on the same ranks (once per rank count), predicts the
-N-worker iteration again, its communication from the fit alone.
+N-worker iteration again, its communication from the fit alone. With a sharded strategy (ZeRO,
+FSDP), `reduce_scatter --fit` and `allgather --fit` are measured too, and the sharded strategies
+are predicted twice: from the all-reduce fit alone (their messages by formula, "predict") and
+with the fits of their own collectives ("rs/ag fit").
 
   python benchmarks/iteration_model.py [--ranks 1,2] [--nets alexnet,googlenet,resnet50]
       [--strategy all] [--reps 5] [--iters 10] [--batch 8 | --batch alexnet=8,resnet50=1]
@@ -122,6 +125,42 @@ def explain(net: str, batch: int, threads: int, rounds: int) -> None:
               f"repeated/composed {100 * (med(a) / med(c) - 1):+.1f} %, isolated/composed {100 * (med(b) / med(c) - 1):+.1f} %")
 
 
+def fits(mpi: list[str], ranks: int, nets: list[str], strategies: list, out: Path) -> list[Path]:
+    """The all-reduce fit (library, and ps with P = N as the presets run it, where a strategy uses
+    it) into fit-N.json; with a sharded strategy also the reduce-scatter's and all-gather's fits,
+    whose files it returns. In place, from memory, up to the whole gradient."""
+    largest = max(load_network(net).param_bytes() for net in nets)
+    sweep = [*fit_sweep_for_messages(largest), "--fit", "-n", "10", "-w", "2", "-c", "1"]
+    algos = "library" + (",ps" if any(s.collective == "ps" for s in strategies) else "")
+    run(mpi + ["allreduce", *sweep, "--algo", algos, "--servers", str(ranks), "--json", str(out / f"fit-{ranks}.json")])
+    if not any(s.shard for s in strategies):
+        return []
+    files = [out / f"{c}-fit-{ranks}.json" for c in ("reduce_scatter", "allgather")]
+    for c, f in zip(("reduce_scatter", "allgather"), files, strict=True):
+        run(mpi + [c, *sweep, "--json", str(f)])
+    return files
+
+
+def predicted(net: str, it_json: Path, ranks: int, strategies: list, fit_files: list[Path], out: Path,
+              tag: str) -> dict[str, dict]:
+    """`gdlbench predict`'s row at N = ranks per strategy, each strategy priced with the fit of the
+    algorithm the executor sends it with (fit_files: the all-reduce's, then any rs/ag fits; none
+    on one rank)."""
+    pred: dict[str, dict] = {}
+    for algo, names in (("library", [s.name for s in strategies if s.collective != "ps"]),
+                        ("ps", [s.name for s in strategies if s.collective == "ps"])):
+        if not names:
+            continue
+        comm = (["--from", ",".join(map(str, fit_files)), "--algo", algo] if fit_files
+                else ["--alpha", "0", "--beta", "0"])
+        pred_json = out / f"predict-{tag}-{algo}.json"
+        run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), *comm,
+             "--workers", str(ranks), "--strategy", ",".join(names), "--servers", str(ranks),
+             "--json", str(pred_json)])
+        pred |= {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"] if r.get("workers") == ranks}
+    return pred
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2", help="rank counts, comma-separated (default 2)")
@@ -161,10 +200,7 @@ def main() -> None:
         mpi = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "gdlbench")]
         threads = args.threads or max(1, 2 // ranks)
         fit_json = out / f"fit-{ranks}.json"
-        if ranks > 1:  # ps with P = N as the presets run it; in place, from memory, up to the whole gradient
-            largest = max(load_network(net).param_bytes() for net in nets)
-            run(mpi + ["allreduce", *fit_sweep_for_messages(largest), "--algo", "library,ring,rd,tree,ps",
-                       "--servers", str(ranks), "--fit", "-n", "10", "-w", "2", "-c", "1", "--json", str(fit_json)])
+        shard_fits = fits(mpi, ranks, nets, strategies, out) if ranks > 1 else []
         for net in nets:
             batch = given[net] if args.batch else max(1, given[net] // ranks)
             for rep in range(args.reps):
@@ -174,28 +210,23 @@ def main() -> None:
                            "--io-dir", str(out / "dataset"),
                            "--json", str(it_json), "--trace", str(out / f"trace-{ranks}-{net}-{rep}.json")])
                 it = json.loads(it_json.read_text())
-                pred: dict[str, dict] = {}
-                # each strategy priced with the fit of the algorithm the executor sends it with
-                for algo, names in (("library", [s.name for s in strategies if s.collective != "ps"]),
-                                    ("ps", [s.name for s in strategies if s.collective == "ps"])):
-                    if not names:
-                        continue
-                    comm = ["--from", str(fit_json), "--algo", algo] if ranks > 1 else ["--alpha", "0", "--beta", "0"]
-                    pred_json = out / f"predict-{ranks}-{net}-{rep}-{algo}.json"
-                    run([str(BIN / "gdlbench"), "predict", "--net", net, "--phases", str(it_json), *comm,
-                         "--workers", str(ranks), "--strategy", ",".join(names), "--servers", str(ranks),
-                         "--json", str(pred_json)])
-                    pred |= {r["strategy"]: r for r in json.loads(pred_json.read_text())["rows"]
-                             if r.get("workers") == ranks}
+                tag = f"{ranks}-{net}-{rep}"
+                pred = predicted(net, it_json, ranks, strategies, [fit_json] if ranks > 1 else [], out, tag)
+                # the sharded strategies again, their messages priced by the rs/ag fits themselves
+                sharded = [s for s in strategies if s.shard]
+                own = predicted(net, it_json, ranks, sharded, [fit_json, *shard_fits], out, f"{tag}-own") if shard_fits else {}
                 for r in it["rows"]:
                     if r["phase"] != "iteration":
                         continue
                     fit_us = pred[r["strategy"]]["t_iter_us"]
+                    own_us = own[r["strategy"]]["t_iter_us"] if r["strategy"] in own else None
                     rows.append({"ranks": ranks, "net": net, "batch": batch, "rep": rep, "strategy": r["strategy"],
                                  "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
                                  "model_us": r["predicted_us"], "model_err": r["error_pct"],
                                  "error_se": r["error_se_pct"], "predict_us": fit_us,
-                                 "predict_err": 100 * (fit_us - r["time_us"]) / r["time_us"]})
+                                 "predict_err": 100 * (fit_us - r["time_us"]) / r["time_us"],
+                                 "own_fit_us": own_us,
+                                 "own_fit_err": None if own_us is None else 100 * (own_us - r["time_us"]) / r["time_us"]})
                 print(f"  {time.monotonic() - t_start:.0f} s so far", flush=True)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     summarise(rows, args, out)
@@ -207,7 +238,9 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         groups.setdefault((r["ranks"], r["net"], r["strategy"]), []).append(r)
     print(f"\n{args.reps} repetition(s) of {args.iters} rounds; JSON in {out}")
     print(f"{'ranks':>5s} {'net':12s} {'batch':>5s} {'strategy':12s} {'measured':>9s} {'spread':>7s} "
-          f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'predict med':>11s} {'worst':>7s}   (ms; |error| in %)")
+          f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'predict med':>11s} {'worst':>7s}"
+          + (f"   {'rs/ag fit med':>13s} {'worst':>7s}" if any(r.get("own_fit_err") is not None for r in rows) else "")
+          + "   (ms; |error| in %)")
     per_ranks: dict[int, dict[str, list[float]]] = {}
     for (ranks, net, strategy), rs in groups.items():
         measured = [r["measured_us"] for r in rs]
@@ -217,9 +250,11 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         p_err = [abs(r["predict_err"]) for r in rs]
         se = statistics.median(r["error_se"] for r in rs)
         bias = statistics.median(r["model_err"] for r in rs)  # signed: a bias keeps its sign rep after rep
+        o_err = [abs(r["own_fit_err"]) for r in rs if r.get("own_fit_err") is not None]
+        own = f"   {statistics.median(o_err):10.1f}% {max(o_err):6.1f}%" if o_err else ""
         print(f"{ranks:5d} {net:12s} {rs[0]['batch']:5d} {strategy:12s} {med / 1e3:9.1f} {spread:6.1f}% "
               f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {bias:+6.1f}% {se:5.1f}% {statistics.median(p_err):10.1f}% "
-              f"{max(p_err):6.1f}%")
+              f"{max(p_err):6.1f}%{own}")
         acc = per_ranks.setdefault(ranks, {"model_med": [], "model_worst": [], "predict_med": [],
                                            "predict_worst": [], "spread": [], "se": [], "beyond": []})
         acc["model_med"].append(statistics.median(m_err))

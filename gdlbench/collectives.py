@@ -73,9 +73,10 @@ class Kind:
 
     @property
     def fits(self) -> bool:
-        """--fit: the alpha-beta model is fitted to its sweep (and per level, on several nodes):
-        the collective with algorithms to compare."""
-        return len(self.algos) > 1
+        """--fit: the alpha-beta model is fitted to its sweep: the collective with algorithms to
+        compare (also per level, on several nodes), and the reduce-scatter and all-gather, whose
+        fits price the sharded strategies' messages (model.CommModel)."""
+        return len(self.algos) > 1 or self.name in ("reduce_scatter", "allgather")
 
     def bus_factor(self, nranks: int) -> float:
         """nccl-tests' busbw factor at N ranks (0 on one rank wherever it has N-1: no link)."""

@@ -45,7 +45,10 @@ A saved communication fit (`CommModel.from_dict`, `load_comm_model`) may be any 
     {"algo": "ring", "alpha_us": a, "beta_us_per_byte": b, "gamma_us_per_byte": g}   (a fit's to_dict())
     {"summary": {"fit": {"ring": {"alpha_us": ..., ...}, "tree": {...}}}}            (an allreduce JSON)
     {"summary": {"fit": {"algo": "ring", "alpha_us": ...}}} or {"summary": {"fit": [{...}, ...]}}
-gamma defaults to 0; *_s / *_s_per_byte fields (seconds) are accepted too.
+gamma defaults to 0; *_s / *_s_per_byte fields (seconds) are accepted too. A CommModel's
+to_dict() may hold "collectives": {"reduce_scatter": {...}, "allgather": {...}}, the fits of the
+sharded strategies' collectives (the same fields each); `load_comm_model` takes such fits from
+`gdlbench reduce_scatter --fit` / `allgather --fit` reports beside the all-reduce's.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from .paths import read_json
 from .strategies import Strategy
 
 PHASES = ("io", "h2d", "forward", "backward", "update", "comm")
+SHARD_COLLECTIVES = ("reduce_scatter", "allgather")  # what sharded strategies send (plan_sharded)
 
 
 def normalise_algo(algo: str) -> str:
@@ -96,16 +100,37 @@ class CommModel:
     # Piecewise fits (AlphaBetaFit.regimes): ((from_bytes, alpha_us, beta_us_per_byte), ...),
     # ascending; a message uses the last regime starting at or below its size. Empty: one regime.
     regimes: tuple[tuple[int, float, float], ...] = ()
+    # The fits of the sharded strategies' collectives measured themselves (`gdlbench
+    # reduce_scatter --fit`, `allgather --fit`), each a CommModel whose algo is its collective
+    # (SHARD_COLLECTIVES); a sharded message is priced by its collective's fit where there is one,
+    # else by that collective's formula with this fit's alpha and beta (sharded_message_us).
+    collective_fits: tuple[CommModel, ...] = ()
 
     def params_for(self, m: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) for a message of m bytes."""
         return costmodel.regime_params(self.alpha_us, self.beta_us_per_byte, self.regimes, m)
+
+    def fit_for(self, collective: str) -> CommModel | None:
+        """The fit of `collective` measured itself, or None."""
+        return next((f for f in self.collective_fits if f.algo == collective), None)
+
+    def with_fits(self, *fits: CommModel) -> CommModel:
+        """This model carrying `fits` (reduce_scatter, allgather) beside the ones it has; a
+        collective given again replaces its fit."""
+        names = {f.algo for f in fits}
+        return replace(self, collective_fits=(*(f for f in self.collective_fits if f.algo not in names), *fits))
 
     def __post_init__(self) -> None:
         for name in ("alpha_us", "beta_us_per_byte", "gamma_us_per_byte"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                 raise UsageError(f"communication model: {name} must be a finite number >= 0, got {v!r}")
+        for f in self.collective_fits:
+            if not isinstance(f, CommModel) or f.algo not in SHARD_COLLECTIVES or f.collective_fits:
+                raise UsageError(f"communication model: collective fits are {' and '.join(SHARD_COLLECTIVES)} "
+                                 f"fits without fits of their own, got {getattr(f, 'algo', f)!r}")
+        if len({f.algo for f in self.collective_fits}) < len(self.collective_fits):
+            raise UsageError("communication model: two fits of the same collective")
         if not self.formula:
             known = costmodel.known(self.algo)
             object.__setattr__(self, "formula", costmodel.canonical(self.algo) if known else "ring")
@@ -130,7 +155,8 @@ class CommModel:
             return self
         note = f"links scaled: bandwidth x {bandwidth:g}, latency x {latency:g}"
         return replace(self, alpha_us=alpha, beta_us_per_byte=beta, regimes=regimes,
-                       note="; ".join(x for x in (self.note, note) if x))
+                       note="; ".join(x for x in (self.note, note) if x),
+                       collective_fits=tuple(f.scaled(bandwidth, latency) for f in self.collective_fits))
 
     def predict_us(self, m: float, n: int, servers: int | None = None) -> float:
         return self.allreduce_us(self.formula, m, n, servers)
@@ -152,7 +178,8 @@ class CommModel:
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
                 "source": self.source, "note": self.note,
-                "regimes": costmodel.regimes_to_json(self.regimes)}
+                "regimes": costmodel.regimes_to_json(self.regimes),
+                **({"collectives": {f.algo: f.to_dict() for f in self.collective_fits}} if self.collective_fits else {})}
 
     @classmethod
     def from_dict(cls, doc: Any, algo: str | None = None, source: str = "") -> CommModel:
@@ -174,9 +201,14 @@ class CommModel:
 
         try:
             regimes = costmodel.regimes_from_json(fit.get("regimes"))
+            own = fit.get("collectives") or {}  # a saved CommModel's to_dict(): the collectives' own fits
+            if not isinstance(own, dict):
+                raise TypeError("collectives must be an object")
+            fits = tuple(cls.from_dict(v | {"algo": k}) for k, v in own.items())  # (the key names it)
             return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
-                       source=source, regimes=regimes)
-        except (TypeError, ValueError, KeyError) as exc:
+                       source=source or str(fit.get("source") or ""), note=str(fit.get("note") or ""),
+                       regimes=regimes, collective_fits=fits)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
             if isinstance(exc, UsageError):
                 raise
             raise UsageError(f"{source or 'communication fit'}: cannot read the fit: {exc}") from None
@@ -218,9 +250,65 @@ def _find_fit(doc: Any, algo: str | None, source: str) -> Any:
     raise UsageError(f"{source}: several fits ({', '.join(fits)}): choose one with --algo")
 
 
-def load_comm_model(path: str | Path, algo: str | None = None) -> CommModel:
-    """The fit from a saved `gdlbench allreduce --json` file (or a fit's own JSON)."""
-    return CommModel.from_dict(read_json(path, "--from"), algo, source=str(path))
+def _shard_collective(doc: Any) -> str | None:
+    """'reduce_scatter' or 'allgather' where `doc` is that collective's fit (a `gdlbench
+    reduce_scatter --fit --json` report, say), else None."""
+    try:
+        fit = _find_fit(doc, None, "")
+    except UsageError:
+        return None
+    algo = fit.get("algo") if isinstance(fit, dict) else getattr(fit, "algo", None)
+    return algo if algo in SHARD_COLLECTIVES else None
+
+
+def comm_model_of(docs: Sequence[tuple[str, Any]], algo: str | None = None) -> CommModel:
+    """One model from saved fits, each (source, document): one all-reduce fit (`algo` names it,
+    as in CommModel.from_dict) and any reduce_scatter and allgather fits, told apart by the
+    collective they fit, in any order."""
+    main: CommModel | None = None
+    fits: list[CommModel] = []
+    for source, doc in docs:
+        collective = _shard_collective(doc)
+        if collective is not None:
+            if any(f.algo == collective for f in fits):
+                raise UsageError(f"{source}: a second {collective} fit (give one)")
+            fits.append(CommModel.from_dict(doc, collective, source=source))
+        elif main is not None:
+            raise UsageError(f"{source}: a second all-reduce fit (after {main.source}): give one, "
+                             "beside the reduce_scatter and allgather fits")
+        else:
+            main = CommModel.from_dict(doc, algo, source=source)
+    if main is None:
+        raise UsageError(f"{', '.join(s for s, _ in docs)}: no all-reduce fit (the reduce_scatter and allgather "
+                         "fits go beside one: the other strategies' messages are all-reduces)")
+    return main.with_fits(*fits)
+
+
+def load_comm_model(path: str | Path | Sequence[str | Path], algo: str | None = None) -> CommModel:
+    """The fit from a saved `gdlbench allreduce --json` file (or a fit's own JSON, or a saved
+    CommModel); several paths: that one and the `reduce_scatter --fit` and `allgather --fit`
+    reports beside it (comm_model_of)."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    return comm_model_of([(str(p), read_json(p, "--from")) for p in paths], algo)
+
+
+def sharded_message_us(comm: CommModel | Any, collective: str, m: float, n: int) -> float:
+    """A sharded strategy's message of m bytes (the whole buffer) among n workers: its
+    collective's own fit where `comm` carries one (CommModel.collective_fits), else its formula
+    with comm's alpha and beta (a cluster: on its links)."""
+    own = comm.fit_for(collective) if isinstance(comm, CommModel) else None
+    return float((own or comm).allreduce_us(collective, m, n))
+
+
+def sharded_pricing(comm: CommModel | Any, collective: str) -> str:
+    """How sharded_message_us prices `collective` with `comm` (what predict states)."""
+    own = comm.fit_for(collective) if isinstance(comm, CommModel) else None
+    if own is not None:
+        return f"{collective}: its own fit ({own.source or 'given'})"
+    if not isinstance(comm, CommModel):
+        return f"{collective}: its formula ({costmodel.formula(collective)}) on the cluster's links"
+    return (f"{collective}: no fit of its own, its formula ({costmodel.formula(collective)}) with the "
+            f"{comm.algo} fit's alpha and beta")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1096,8 +1184,9 @@ def _sharded_messages(plan: Sequence[dict[str, Any]], cs: Sequence[tuple[float, 
 def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                     workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None) -> Prediction:
     """The iteration of a sharded strategy (ZeRO-1/2/3, FSDP): plan_sharded's messages priced by
-    the cost model's reduce_scatter and allgather formulas (m: the whole buffer; costmodel.COSTS,
-    or the cluster's), or message_costs_us (measured times, one per message in plan order; comm
+    the fits of the reduce-scatter and all-gather that comm carries, else by the cost model's
+    reduce_scatter and allgather formulas with its alpha and beta (sharded_message_us; m: the
+    whole buffer; costmodel.COSTS, or the cluster's), or message_costs_us (measured times, one per message in plan order; comm
     may then be None), scheduled with forward, backward and the update of 1/N of the parameters
     on two lanes (schedule_lanes). I/O and h2d as predict_iteration."""
     net = load_network(net)
@@ -1115,7 +1204,7 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
         costs = [float(c) for c in message_costs_us]
     else:
         assert comm is not None
-        costs = [comm.allreduce_us(m["collective"], m["bytes"], n) for m in plan]
+        costs = [sharded_message_us(comm, m["collective"], m["bytes"], n) for m in plan]
     compute = fwd + bwd[::-1] + [t_u]
     needs = _sharded_needs(plan, len(compute), nl)
     ready = [m["ready"] for m in plan]

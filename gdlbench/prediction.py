@@ -14,6 +14,7 @@ from .cluster import Cluster  # (CommSource's field `cluster` hides the module i
 from .collectives import SERVER_ALGOS
 from .errors import UsageError
 from .model import (
+    SHARD_COLLECTIVES,
     CommModel,
     Compression,
     Phases,
@@ -21,10 +22,11 @@ from .model import (
     normalise_algo,
     predict_iteration,
     predict_scaling,
+    sharded_pricing,
 )
 from .network import Network, load_network
 from .paths import read_json
-from .scaling import DEFAULT_WORKERS, comm_model_from
+from .scaling import DEFAULT_WORKERS, comm_model_from, fit_files
 from .strategies import OVERLAPS, Strategy, fused, get_strategies
 from .units import SIZE_CONVENTION, parse_bandwidth, size_text
 from .units import option_argv as _argv
@@ -252,9 +254,11 @@ def _with_contention(phases: Phases, fit_file: str | None, load: Load) -> Phases
     --backend gloo --beside-compute), where the phases have none of their own."""
     if not fit_file or phases.compute_slowdown is not None or phases.strategy_slowdowns:
         return phases
-    doc = load(fit_file, "--from")
-    found = doc.get("summary", {}).get("contention") if isinstance(doc, dict) and isinstance(
-        doc.get("summary"), dict) else None
+    found = None
+    for path in fit_files(fit_file):  # (with --from's rs/ag fits: the all-reduce's report holds it)
+        doc = load(path, "--from")
+        found = found or (doc.get("summary", {}).get("contention") if isinstance(doc, dict) and isinstance(
+            doc.get("summary"), dict) else None)
     if not isinstance(found, dict):
         return phases
     return replace(phases, compute_slowdown=found.get("compute_slowdown"), comm_slowdown=found.get("comm_slowdown"),
@@ -308,6 +312,8 @@ def _summary(request: PredictRequest, ev: Evaluation) -> dict[str, Any]:
         "speedup": "S(N) = N t_iter(1) / t_iter(N), same strategy, weak scaling (fixed batch per worker)",
         "size_convention": SIZE_CONVENTION,
     }
+    if any(s.shard for s in ev.strategies):
+        summary["sharded_pricing"] = [sharded_pricing(ev.comm, c) for c in SHARD_COLLECTIVES]
     if phases.comm_us is not None:
         summary["measured_comm_us"] = {"workers": phases.workers, "time_us": phases.comm_us}
     return summary

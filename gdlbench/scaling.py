@@ -11,18 +11,19 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from .errors import UsageError
-from .model import CommModel, Phases, normalise_algo, predict_scaling
+from .model import CommModel, Phases, comm_model_of, normalise_algo, predict_scaling
 from .network import Network, load_network
 from .paths import read_json
 from .report import Column, fmt_float
 from .strategies import Strategy, get_strategies
-from .units import parse_bandwidth, parse_int_list, parse_size
+from .units import parse_bandwidth, parse_int_list, parse_size, split_list
 
 DEFAULT_WORKERS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -71,12 +72,19 @@ def _is_ps(algo: str) -> bool:
         return False
 
 
+def fit_files(from_file: str) -> list[str]:
+    """--from's files: one path, or a comma list (the all-reduce's fit and the reduce_scatter and
+    allgather fits beside it); a file whose name holds a comma is one path."""
+    return [from_file] if os.path.isfile(from_file) else split_list(from_file, "--from")
+
+
 def comm_model_from(*, algo: str | None = None, alpha_us: float | None = None, beta_us_per_byte: float | None = None,
                     bandwidth: str | float | None = None, gamma_us_per_byte: float | None = None,
                     from_file: str | None = None, fit_in_phases: dict[str, Any] | list[Any] | None = None,
                     load: Callable[[str, str], Any] = read_json) -> CommModel:
     """The communication model of `gdlbench predict`'s options: a saved `allreduce --fit` report
-    (from_file; algo names its fit), or alpha_us with beta_us_per_byte or a bandwidth (GB/s, or
+    (from_file; algo names its fit; a comma list: with the `reduce_scatter --fit` and `allgather
+    --fit` reports that price the sharded strategies' messages), or alpha_us with beta_us_per_byte or a bandwidth (GB/s, or
     with a unit) for the formula `algo` (ring), or else the fit the phases file holds.
     Errors name the CLI's options (--from, --alpha, ...), whose values these are."""
     # With from_file, algo names a fit in the file (a library's own, say "mpi"); otherwise a formula.
@@ -89,8 +97,8 @@ def comm_model_from(*, algo: str | None = None, alpha_us: float | None = None, b
     given = [v for v in direct.values() if v is not None]
     if from_file and given:
         raise UsageError("give --from FILE or --alpha/--beta (--bandwidth), not both")
-    if from_file:
-        return CommModel.from_dict(load(from_file, "--from"), algo, source=str(from_file))
+    if from_file:  # a file, or a comma list: the all-reduce's fit and the reduce_scatter/allgather fits
+        return comm_model_of([(f, load(f, "--from")) for f in fit_files(from_file)], algo)
     if given:
         if alpha_us is None:
             raise UsageError("--alpha (microseconds per step) is needed with --beta/--bandwidth")

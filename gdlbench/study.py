@@ -6,7 +6,8 @@ A study is a directory:
     study.json      the index: the study's options, provenance, every cell's state and command,
                     and the analysis (predictions, verdicts, what-ifs) every report number comes from
     cells/*.json    one measurement per cell, each the JSON of the gdlbench command that made it
-                    (`gdlbench allreduce --fit`, `compress`, `iteration`), with its text output (.log)
+                    (`gdlbench allreduce --fit`, with a sharded strategy `reduce_scatter --fit` and
+                    `allgather --fit`, `compress`, `iteration`), with its text output (.log)
     report.html     self-contained (images embedded), readable on a phone
     report.md, img/ the same content as Markdown with PNG files
 Every file is written whole or not at all (a temporary file renamed into place), so a study killed
@@ -38,6 +39,7 @@ from . import __version__, env
 from .collectives import fit_sweep_for_messages
 from .errors import UsageError
 from .iteration import default_batch, traced_breakdown
+from .model import SHARD_COLLECTIVES
 from .network import load_network
 from .paths import write_atomic
 from .prediction import CommSource, PredictRequest, evaluate
@@ -222,6 +224,22 @@ def _common(cfg: Config) -> list[str]:
             + (["--threads", str(cfg.threads)] if cfg.threads else []))
 
 
+def _shard_fits(cfg: Config) -> bool:
+    """Whether the study measures the reduce-scatter and all-gather fits: on several ranks, when
+    a sharded strategy (ZeRO, FSDP) is among its strategies."""
+    return cfg.world_size > 1 and any(s.shard for s in get_strategies(",".join(cfg.strategies)))
+
+
+def _shard_fit_cells(cfg: Config, sizes: list[str]) -> list[Cell]:
+    """The fits of the sharded strategies' collectives, over the all-reduce fit's sizes (a whole
+    gradient is one reduce-scatter for ZeRO-1/2), in place as the executor sends them."""
+    if not _shard_fits(cfg):
+        return []
+    return [Cell(f"{c}-fit", "fit", [c, *sizes, "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",
+                                     "-w", "1" if cfg.quick else "2", "--json", f"cells/{c}-fit.json"],
+                 weight=10.0 if cfg.quick else 30.0) for c in SHARD_COLLECTIVES]
+
+
 def plan_cells(cfg: Config) -> list[Cell]:
     cells = []
     strategies = get_strategies(",".join(cfg.strategies))
@@ -235,6 +253,7 @@ def plan_cells(cfg: Config) -> list[Cell]:
                            "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",
                            "-w", "1" if cfg.quick else "2", "--json", "cells/allreduce-fit.json"],
                           weight=20.0 if cfg.quick else 60.0))
+        cells += _shard_fit_cells(cfg, sizes)
     values = "4M" if cfg.quick else "16M"
     cells.append(Cell("compress", "compress",
                       ["compress", "--ratio", f"{cfg.compress_ratio:g}", "--values", values, *_common(cfg),
@@ -475,7 +494,8 @@ def _strategy_algo(s: Strategy) -> str:
 
 def _comm_source(cfg: Config, strategy: Strategy) -> CommSource:
     """The predictions' communication model: the link or cluster given, else the fit measured here
-    (on several nodes its two levels: the fit's JSON is a cluster file)."""
+    (on several nodes its two levels: the fit's JSON is a cluster file), with the reduce-scatter's
+    and all-gather's fits for a sharded strategy on one node (the cluster model has none)."""
     if cfg.link:
         alpha, gbs = _link(cfg.link)
         return CommSource(alpha=alpha, bandwidth=number_text(gbs))
@@ -486,7 +506,9 @@ def _comm_source(cfg: Config, strategy: Strategy) -> CommSource:
                          "--link ALPHA_US:GBS or --cluster FILE for the predictions")
     if cfg.nodes > 1:
         return CommSource(cluster="cells/allreduce-fit.json")
-    return CommSource(from_file="cells/allreduce-fit.json", algo=_strategy_algo(strategy))
+    # a sharded strategy's messages: the reduce-scatter's and all-gather's own fits, where measured
+    shard = [f"cells/{c}-fit.json" for c in SHARD_COLLECTIVES] if strategy.shard and _shard_fits(cfg) else []
+    return CommSource(from_file=",".join(["cells/allreduce-fit.json", *shard]), algo=_strategy_algo(strategy))
 
 
 def breakdown_of(pred: Mapping[str, Any]) -> dict[str, float]:
@@ -537,6 +559,9 @@ def analyse(root: Path, cfg: Config) -> dict[str, Any]:
             fits = [*fits.get("whole", []),
                     *({**f, "algo": f"{level} (library, {level}-node level)"} for level in ("intra", "inter")
                       if isinstance(f := levels.get(level), dict))]
+        for c in SHARD_COLLECTIVES:  # the sharded strategies' collectives, where the study fitted them
+            if (root / f"cells/{c}-fit.json").is_file():
+                fits = [*fits, *json.loads((root / f"cells/{c}-fit.json").read_text())["summary"].get("fit", [])]
         fit_summary = [{**{k: f.get(k) for k in ("algo", "alpha_us", "beta_us_per_byte", "gamma_us_per_byte",
                                                    "link_gbs", "median_rel_error")},
                         "regimes": len(f.get("regimes") or []) or 1}

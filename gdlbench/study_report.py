@@ -485,7 +485,9 @@ def _fit(doc: Doc, an: Mapping[str, Any]) -> None:
                          Num(f["regimes"], f"{p}/regimes", "{:.0f}")])
         doc.add(Table(["algorithm", "alpha (largest regime)", "1/beta", "median |error|", "regimes"], rows,
                       "fitted by `gdlbench allreduce --fit` on this machine's ranks (cells/allreduce-fit.json); "
-                      "the library fit prices the all-reduce strategies, ps the parameter-server ones"))
+                      "the library fit prices the all-reduce strategies, ps the parameter-server ones; "
+                      "reduce_scatter and allgather (`gdlbench reduce_scatter --fit`, `allgather --fit`, where a "
+                      "sharded strategy was measured) the sharded strategies' messages"))
     else:
         doc.add(Para(["No fit: the predictions use the link given with --link or the cluster of --cluster."]))
     c = an["compress"]

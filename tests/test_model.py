@@ -385,6 +385,64 @@ def test_comm_model_loader_shapes(tmp_path):
     assert bw.beta_us_per_byte == pytest.approx(1e-4) and bw.to_dict()["link_gbs"] == pytest.approx(10)
 
 
+def test_comm_model_with_the_sharded_collectives_fits_round_trips_through_json(tmp_path):
+    rs = CommModel("reduce_scatter", 4.0, 3e-4, 1e-4, source="rs.json", regimes=((0, 1.0, 5e-4), (65536, 4.0, 3e-4)))
+    ag = CommModel("allgather", 2.0, 2e-4, source="ag.json")
+    cm = CommModel("library", 7.0, 1e-3, 2e-5, source="ar.json", regimes=((0, 2.0, 2e-3), (1 << 20, 7.0, 1e-3)))
+    cm = cm.with_fits(rs, ag)
+    doc = json.loads(json.dumps(cm.to_dict()))
+    assert sorted(doc["collectives"]) == ["allgather", "reduce_scatter"]
+    assert doc["collectives"]["reduce_scatter"]["alpha_us"] == 4.0
+    assert CommModel.from_dict(doc) == cm  # every field, the fits' regimes and sources included
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(doc))
+    assert load_comm_model(path) == replace(cm, source=str(path))  # (the source: the file read)
+    assert load_comm_model(path).fit_for("allgather") == ag
+    # the fits as their commands write them, beside the all-reduce report, in any order
+    report = {"summary": {"fit": [{"algo": "library", "alpha_us": 7.0, "beta_us_per_byte": 1e-3}]}}
+    files = {}
+    for name, doc_ in (("ar", report), ("rs", {"summary": {"fit": [
+            {"algo": "reduce_scatter", "inplace": False, "alpha_us": 9.0, "beta_us_per_byte": 1e-4},
+            {"algo": "reduce_scatter", "inplace": True, "alpha_us": 4.0, "beta_us_per_byte": 3e-4,
+             "gamma_us_per_byte": 1e-4}]}}), ("ag", {"summary": {"fit": [ag.to_dict()]}})):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(doc_))
+    loaded = load_comm_model([files["rs"], files["ar"], files["ag"]], "library")
+    assert (loaded.algo, loaded.alpha_us, loaded.source) == ("library", 7.0, str(files["ar"]))
+    own = loaded.fit_for("reduce_scatter")
+    assert own is not None and (own.alpha_us, own.gamma_us_per_byte, own.source) == (4.0, 1e-4, str(files["rs"]))
+    assert loaded.fit_for("allgather").beta_us_per_byte == 2e-4
+    from gdlbench.scaling import comm_model_from
+    assert comm_model_from(from_file=f"{files['ar']},{files['ag']}", algo="library").fit_for("allgather") is not None
+    with pytest.raises(UsageError, match="no all-reduce fit"):
+        load_comm_model([files["rs"], files["ag"]])
+    with pytest.raises(UsageError, match="a second reduce_scatter fit"):
+        load_comm_model([files["ar"], files["rs"], files["rs"]])
+    with pytest.raises(UsageError, match="a second all-reduce fit"):
+        load_comm_model([files["ar"], files["ar"]])
+    with pytest.raises(UsageError, match="cannot read the fit"):
+        CommModel.from_dict({**doc, "collectives": ["reduce_scatter"]})
+    with pytest.raises(UsageError, match="collective fits are"):
+        CommModel.from_dict({**doc, "collectives": {"ring": doc["collectives"]["allgather"]}})
+
+
+def test_old_comm_model_files_still_load(tmp_path):
+    """A CommModel.to_dict() written before the collectives' fits (no "collectives"), and an
+    allreduce report: the same model as before, with no fits of its own."""
+    old = {"algo": "library", "alpha_us": 7.0, "beta_us_per_byte": 1e-3, "gamma_us_per_byte": 2e-5,
+           "formula": "library", "link_gbs": 1.0, "source": "ar.json", "note": "",
+           "regimes": [{"from_bytes": 0, "alpha_us": 2.0, "beta_us_per_byte": 2e-3},
+                       {"from_bytes": 1048576, "alpha_us": 7.0, "beta_us_per_byte": 1e-3}]}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    cm = load_comm_model(path)
+    assert cm.collective_fits == () and cm.fit_for("reduce_scatter") is None
+    assert cm.to_dict() == old | {"source": str(path)}  # written back the same, no "collectives" key
+    assert cm.regimes == ((0, 2.0, 2e-3), (1 << 20, 7.0, 1e-3))
+    report = {"summary": {"fit": [{"algo": "library", "alpha_us": 7.0, "beta_us_per_byte": 1e-3}]}}
+    assert CommModel.from_dict(report).collective_fits == ()
+
+
 def test_presets():
     names = [s.name for s in get_strategies("all")]
     assert {"serial", "prefetch", "wfbp", "wfbp-fusion", "ps", "caffe-mpi", "cntk", "mxnet", "tensorflow"} <= set(names)

@@ -17,6 +17,8 @@ from gdlbench.model import (
     predict_iteration,
     schedule_lanes,
     shard_units,
+    sharded_message_us,
+    sharded_pricing,
 )
 from gdlbench.network import load_network
 from gdlbench.strategies import PRESETS, SHARDED, get_strategies
@@ -183,3 +185,87 @@ def test_strategy_file_with_shard(tmp_path):
         f.write_text(bad)
         with pytest.raises(UsageError, match=message):
             load_strategy(str(f))
+
+
+# A hand-made comm model: the all-reduce's fit, and the reduce-scatter's and all-gather's own fits.
+AR = CommModel("library", alpha_us=10.0, beta_us_per_byte=1e-3, gamma_us_per_byte=2e-5, source="ar.json")
+RS = CommModel("reduce_scatter", alpha_us=5.0, beta_us_per_byte=2e-4, gamma_us_per_byte=1e-4, source="rs.json")
+AG = CommModel("allgather", alpha_us=3.0, beta_us_per_byte=1e-4, source="ag.json")
+
+
+def test_sharded_messages_use_their_collectives_fit_where_there_is_one_else_the_formula():
+    both, rs_only = AR.with_fits(RS, AG), AR.with_fits(RS)
+    m = 1e6
+    # own fit, N = 2: ceil(log2 2) a + (N-1)/N m (b + g) for the reduce-scatter, no g for the all-gather
+    assert sharded_message_us(both, "reduce_scatter", m, 2) == pytest.approx(5 + 0.5e6 * 3e-4, rel=1e-12)  # 155
+    assert sharded_message_us(both, "allgather", m, 2) == pytest.approx(3 + 0.5e6 * 1e-4, rel=1e-12)  # 53
+    assert sharded_message_us(both, "reduce_scatter", m, 4) == pytest.approx(2 * 5 + 0.75e6 * 3e-4, rel=1e-12)  # 235
+    # no fit of its own: the same formula with the all-reduce fit's alpha, beta (and gamma)
+    assert sharded_message_us(AR, "reduce_scatter", m, 2) == pytest.approx(10 + 0.5e6 * 1.02e-3, rel=1e-12)  # 520
+    assert sharded_message_us(AR, "allgather", m, 2) == pytest.approx(10 + 0.5e6 * 1e-3, rel=1e-12)  # 510
+    assert sharded_message_us(rs_only, "allgather", m, 2) == pytest.approx(510, rel=1e-12)
+    # the whole iteration: ZeRO-1 sends one reduce-scatter and one all-gather of the whole gradient
+    g = 4 * PSI  # 497,759,232 B
+    assert [(x["collective"], x["bytes"]) for x in plan_sharded(GPT, SHARDED["zero1"])] == [
+        ("reduce_scatter", g), ("allgather", g)]
+    expected = {both: 74_668.8848 + 24_890.9616, rs_only: 74_668.8848 + 248_889.616,
+                AR: 253_867.20832 + 248_889.616}
+    for comm, total in expected.items():
+        assert predict_iteration(GPT, PH, comm, SHARDED["zero1"], 2).comm_us == pytest.approx(total, rel=1e-12)
+    # ZeRO-3's 39 messages, each by its collective's fit
+    plan = plan_sharded(GPT, SHARDED["zero3"])
+    by_hand = sum((5 + x["bytes"] / 2 * 3e-4) if x["collective"] == "reduce_scatter" else (3 + x["bytes"] / 2 * 1e-4)
+                  for x in plan)
+    assert predict_iteration(GPT, PH, both, SHARDED["zero3"], 2).comm_us == pytest.approx(by_hand, rel=1e-12)
+    # the all-reduce strategies are the all-reduce fit's, whatever else the model carries
+    ddp = get_strategies("ddp")[0]
+    assert predict_iteration(GPT, PH, both, ddp, 2).t_iter_us == predict_iteration(GPT, PH, AR, ddp, 2).t_iter_us
+    # what predict states
+    assert sharded_pricing(rs_only, "reduce_scatter") == "reduce_scatter: its own fit (rs.json)"
+    assert sharded_pricing(rs_only, "allgather").startswith("allgather: no fit of its own, its formula (")
+    assert "with the library fit's alpha and beta" in sharded_pricing(rs_only, "allgather")
+
+
+def test_the_collectives_fits_follow_the_link_what_if_and_refuse_nonsense():
+    fast = AR.with_fits(RS, AG).scaled(bandwidth=2.0, latency=0.5)
+    rs = fast.fit_for("reduce_scatter")
+    assert rs is not None and (rs.alpha_us, rs.beta_us_per_byte, rs.gamma_us_per_byte) == (2.5, 1e-4, 1e-4)
+    assert AR.with_fits(RS).with_fits(replace(RS, alpha_us=1.0)).fit_for("reduce_scatter").alpha_us == 1.0
+    with pytest.raises(UsageError, match="collective fits are reduce_scatter and allgather"):
+        AR.with_fits(replace(AR, algo="ring"))
+    with pytest.raises(UsageError, match="two fits of the same collective"):
+        replace(AR, collective_fits=(RS, RS))
+
+
+@pytest.mark.mpi
+def test_measured_reduce_scatter_and_allgather_fits_price_predict(tmp_path):
+    """`reduce_scatter --fit` and `allgather --fit` on 2 ranks, and predict --from with them beside
+    an all-reduce fit: ZeRO-1's two messages are priced by the measured fits, and predict says so."""
+    import json
+
+    from helpers import run_cli
+
+    files, fits = {}, {}
+    for c in ("reduce_scatter", "allgather"):
+        files[c] = tmp_path / f"{c}.json"
+        p = run_cli(c, "-b", "64K", "-e", "4M", "-f", "4", "--mode", "in", "--fit", "--fit-regimes", "1",
+                    "-n", "3", "-w", "1", "--json", str(files[c]), nranks=2)
+        assert p.returncode == 0, p.stderr[-2000:]
+        fit = json.loads(files[c].read_text())["summary"]["fit"]
+        assert [f["algo"] for f in fit] == [c] and len(fit[0]["points"]) == 4
+        fits[c] = fit[0]
+    ar, phases_file = tmp_path / "ar.json", tmp_path / "phases.json"
+    ar.write_text(json.dumps({"summary": {"fit": {"library": {"alpha_us": 10, "beta_us_per_byte": 1e-3}}}}))
+    phases_file.write_text(json.dumps(PH.to_report()))
+    out = tmp_path / "p.json"
+    p = run_cli("predict", "--phases", str(phases_file), "--strategy", "zero1", "--workers", "2",
+                "--from", f"{files['allgather']},{ar},{files['reduce_scatter']}", "--json", str(out))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"reduce_scatter: its own fit ({files['reduce_scatter']})" in " ".join(p.stdout.split())
+    doc = json.loads(out.read_text())["summary"]
+    model = CommModel.from_dict(doc["comm_model"])
+    for c, fit in fits.items():  # the measured numbers, as the files hold them
+        own = model.fit_for(c)
+        assert own is not None and (own.alpha_us, own.beta_us_per_byte) == (fit["alpha_us"], fit["beta_us_per_byte"])
+    assert model.fit_for("reduce_scatter").gamma_us_per_byte == fits["reduce_scatter"]["gamma_us_per_byte"] > 0
+    assert doc["sharded_pricing"][1] == f"allgather: its own fit ({files['allgather']})"

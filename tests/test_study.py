@@ -168,6 +168,30 @@ def test_several_nodes_price_the_scales_with_the_two_level_fit():
     assert _comm_source(one_node, wfbp).from_file == "cells/allreduce-fit.json"
 
 
+def test_a_sharded_strategy_fits_the_reduce_scatter_and_allgather_and_its_predictions_use_them():
+    from gdlbench.strategies import get_strategies
+    from gdlbench.study import Config, _comm_source, plan_cells
+
+    def cfg(strategies: list[str], ranks: int = 2) -> Config:
+        return Config(["gpt2"], strategies, {"gpt2": 1}, [1, 2], [2], ranks, "cpu", 1, 0, None, False)
+
+    cells = {c.name: c for c in plan_cells(cfg(["wfbp", "zero3"]))}
+    ar = cells["allreduce-fit"].argv
+    for c in ("reduce_scatter", "allgather"):
+        argv = cells[f"{c}-fit"].argv
+        assert argv[0] == c and "--fit" in argv and argv[argv.index("--json") + 1] == f"cells/{c}-fit.json"
+        for opt in ("-b", "-e", "-f", "--mode", "--rotate"):  # the all-reduce fit's sweep: the whole gradient
+            assert argv[argv.index(opt) + 1] == ar[ar.index(opt) + 1]
+    assert not any(c.name.endswith("scatter-fit") for c in plan_cells(cfg(["wfbp", "serial"])))
+    assert not any(c.name.endswith("scatter-fit") for c in plan_cells(cfg(["zero3"], ranks=1)))
+    zero3, wfbp = get_strategies("zero3,wfbp")
+    assert _comm_source(cfg(["wfbp", "zero3"]), zero3).from_file == (
+        "cells/allreduce-fit.json,cells/reduce_scatter-fit.json,cells/allgather-fit.json")
+    assert _comm_source(cfg(["wfbp", "zero3"]), wfbp).from_file == "cells/allreduce-fit.json"
+    # not measured (no sharded strategy among the study's): the memory answer's ZeRO rows by formula
+    assert _comm_source(cfg(["wfbp"]), zero3).from_file == "cells/allreduce-fit.json"
+
+
 def test_iteration_cells_run_on_the_study_device_and_data():
     """Each iteration cell names the study's --device and --io-dir (7333489 had commented them out)."""
     from gdlbench.study import Config, plan_cells

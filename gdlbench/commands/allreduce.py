@@ -87,8 +87,8 @@ def _row_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
         p.add_argument("--servers", type=int, default=1, help="parameter-server ranks P for --algo ps (default 1)")
 
 
-def _fit_options(p: argparse.ArgumentParser) -> None:
-    """--fit and its options, and --beside-compute (the collectives the model fits)."""
+def _fit_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
+    """--fit and its options (the collectives the model fits), and the all-reduce's --beside-compute."""
     p.add_argument("--fit", action="store_true",
                    help="fit alpha, beta (and gamma, measured separately) per algorithm; print the error")
     p.add_argument("--fit-regimes", type=int, default=4, metavar="K",
@@ -98,6 +98,8 @@ def _fit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit-min", default="0", metavar="BYTES",
                    help="fit only the sizes >= BYTES (e.g. 64K: leave out the eager-protocol latency "
                         "regime); errors are printed for every size (default 0: fit all)")
+    if kind.name != "allreduce":
+        return
     p.add_argument("--beside-compute", action="store_true",
                    help="gloo: also measure how a compute thread and the all-reduce slow each other "
                         "(at the sweep's largest size up to 25 MiB, a DDP bucket); predict --from this "
@@ -130,7 +132,7 @@ def make(collective: str) -> tuple[Callable[[argparse.ArgumentParser], None], Ca
         _size_options(p)
         _row_options(p, kind)
         if kind.fits:
-            _fit_options(p)
+            _fit_options(p, kind)
         _run_options(p, kind)
         common_options(p)
 
@@ -270,7 +272,8 @@ def _fit_with_levels(collective: str, args: argparse.Namespace, plan: Plan, comm
         return [], None, None
     fits, gamma_note = _fit(results, plan, comm)
     levels: dict[str, Any] | None = None
-    if C.kind(collective).fits and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
+    # the levels are the all-reduce's (the two-level model's); other collectives fit the whole communicator
+    if collective == "allreduce" and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
         mode = True if True in plan["modes"] else plan["modes"][0]  # in place if asked
         sweep = LevelSweep(plan["sizes"], plan["dtypes"][0], plan["ops"][0], mode, args.iters, args.warmup,
                            args.check, args.timeout, plan["rotate"], plan["fit_min"], plan["fit_regimes"])
@@ -361,7 +364,7 @@ def _run(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm) 
 def _fit(results: list[C.CollectiveResult], plan: Plan, comm: MPI.Comm) -> tuple[list[C.AlphaBetaFit], str | None]:
     gamma = None
     gamma_note = None
-    if plan["backend"] == "mpi":
+    if plan["backend"] == "mpi" and plan["ops"][0] is not None:  # (an all-gather reduces nothing)
         # gamma from a separate measurement of the local reduction (max over ranks), so that beta is
         # the link alone; with one sweep at fixed N the two cannot be separated otherwise.
         dtype, op = plan["dtypes"][0], plan["ops"][0] or "sum"

@@ -43,7 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the phases scaled to it (io, h2d, forward, backward linear in the batch; update fixed)")
     p.add_argument("--device", default="auto", help="device for phases measured on the spot (auto, cpu, cuda)")
     p.add_argument("--from", dest="from_file", metavar="FILE",
-                   help="communication model: a saved `gdlbench allreduce --json` file with its fit")
+                   help="communication model: a saved `gdlbench allreduce --json` file with its fit; a comma list: "
+                        "with the `reduce_scatter --fit` and `allgather --fit` reports, whose fits price the "
+                        "sharded strategies' messages (without them: their formulas with the all-reduce's "
+                        "alpha and beta)")
     p.add_argument("--algo", help="all-reduce algorithm, as allreduce --algo names it: ring (default), "
                                   + ", ".join(a for a in ALGOS if a not in SERVER_ALGOS and a != "ring")
                                   + " (long forms such as recursive_doubling accepted); with --from, which fit to use")
@@ -162,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
              + ([ev.comm.note] if isinstance(ev.comm, CommModel) and ev.comm.note else [])
              + ([f"{lv} link {k.name}: {k.source}" for lv, k in (("intra-node", two_level.intra),
                                                                  ("inter-node", two_level.inter))]
-                + list(two_level.notes) if two_level else []))
+                + list(two_level.notes) if two_level else [])
+             + [f"sharded messages priced by {how}" for how in ev.summary.get("sharded_pricing", [])])
     report = Report("predict", vars(args), env_info,
                     {"clock": "none", "region": "model prediction: nothing timed", "rank_reduction": "none"},
                     rows=ev.rows, summary=ev.summary, notes=notes)
@@ -221,6 +225,8 @@ def _print_prediction(request: PredictRequest, ev: Evaluation, two_level: cluste
     for s in ev.strategies:
         console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "
                       f"[dim]Source: {escape(s.source)}[/dim]", highlight=False)
+    for how in ev.summary.get("sharded_pricing", []):
+        console.print(f"sharded messages priced by {escape(how)}", highlight=False)
 
 
 def _plot(args: argparse.Namespace, request: PredictRequest, ev: Evaluation, outputs: dict[str, OutputFile]) -> None:
