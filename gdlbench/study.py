@@ -271,6 +271,20 @@ def _common(cfg: Config) -> list[str]:
             + (["--threads", str(cfg.threads)] if cfg.threads else []))
 
 
+def _in_host_memory(sweep: list[str], cfg: Config) -> list[str]:
+    """The fit's sweep, its last size lowered (by its factor) until its buffers (three per rank,
+    rotated over the last size) take at most half of this node's memory: GPT-2 medium's 1.4 GB
+    gradient asks a 4 GiB sweep, 24 GiB on 2 ranks. Larger messages follow the fit's formula (the
+    report's scope says so). Physical memory, not what is free: every rank plans the same cells."""
+    arg = dict(zip(sweep[::2], sweep[1::2], strict=True))
+    start, end, factor = int(arg["-b"]), int(arg["-e"]), int(arg["-f"])
+    per_node = -(-cfg.world_size // max(cfg.nodes, 1))
+    budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    while end > start * factor and 3 * end * per_node > budget:
+        end //= factor
+    return [*sweep[:2], "-e", str(end), *sweep[4:8], "--rotate", str(end)]
+
+
 def plan_cells(cfg: Config) -> list[Cell]:
     cells = []
     strategies = get_strategies(",".join(cfg.strategies))
@@ -278,7 +292,8 @@ def plan_cells(cfg: Config) -> list[Cell]:
         algos = ["library"] + (["ps"] if any(s.collective == "ps" for s in strategies) else [])
         # up to the largest message: a whole gradient, which some strategies send at once
         sizes = (fit_sweep_for_messages(0, factor=16, least=16 << 20) if cfg.quick
-                 else fit_sweep_for_messages(max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)))
+                 else _in_host_memory(fit_sweep_for_messages(
+                     max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)), cfg))
         cells.append(Cell("allreduce-fit", "fit",
                           ["allreduce", *sizes, "--algo", ",".join(algos), "--servers", str(cfg.world_size),
                            "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",

@@ -667,3 +667,22 @@ def test_memory_answer_at_the_target_shape(tmp_path):
     assert f"Memory per worker at {target}, batch 32, mixed: does it fit in" in md
     assert f"Time is measured at the study's shape, {small} at batch 1" in md and "modelled at the job's" in md
     assert "the cheapest that fits (lowest ZeRO stage) is stage 1 (zero1)" in md and " (no)" in md
+
+
+def test_the_fit_sweep_stays_in_host_memory():
+    # GPT-2 medium's 1.4 GB gradient asks a sweep to 4 GiB: 3 rotated buffers per rank; the study
+    # lowers the last size until they take at most half the node's memory, the same on every rank
+    from gdlbench import collectives, study
+
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    sweep = collectives.fit_sweep_for_messages(1_419_292_672)
+    for ranks in (2, 8, 64):
+        cfg = study.Config(["x"], ["ddp"], {"x": 1}, [1, ranks], [ranks], ranks, "cpu", 1, 0, None, False)
+        out = study._in_host_memory(sweep, cfg)
+        end = int(out[out.index("-e") + 1])
+        assert out[out.index("--rotate") + 1] == str(end) and out[:2] == sweep[:2] and end >= 4096 * 4
+        assert 3 * end * ranks <= phys // 2 or end == 4096 * 4
+        assert end == int(sweep[3]) or 3 * end * 4 * ranks > phys // 2  # the largest size that fits
+    small = collectives.fit_sweep_for_messages(1 << 20)
+    assert study._in_host_memory(small, study.Config(["x"], ["ddp"], {"x": 1}, [1], [2], 2, "cpu", 1, 0, None,
+                                                     False)) == small
