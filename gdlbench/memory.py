@@ -25,13 +25,18 @@ Per worker, in bytes, for Psi parameters on N workers at ZeRO stage z (strategie
                the logits) + a tied LM head's two parts of the table gradient before autograd
                sums them. At a small batch it is every gradient plus the two table parts (end of
                backward); at a large one every activation plus the logits' gradients (start).
+  framework    the process's own memory, outside the framework's tensor allocator: the
+               libraries' code pages, the runtime's heaps (glibc's small blocks, the autograd
+               graph's nodes, the communication library), on a GPU the CUDA context. A constant
+               per process whatever the net and strategy: given (predict --framework-memory),
+               not derived; torch on the CPU here: 0.17 GB, measured with a job whose tensors
+               are 10 MB (benchmarks/memory_validation.py measures it in every run).
 The ZeRO paper's example (Rajbhandari et al., SC20, figure 1: 7.5B parameters, N = 64, mixed
 precision Adam, 2 + 2 + 12 bytes per parameter) gives model states of 120, 31.4, 16.6 and 1.9 GB
-for stages 0-3. The total is parameters + optimizer + buffers + the backward peak. Not in it:
-the optimizer's own temporaries (CPU Adam, one parameter at a time: the size of the largest
+for stages 0-3. The total is parameters + optimizer + buffers + the backward peak + framework.
+Not in it: the optimizer's own temporaries (CPU Adam, one parameter at a time: the size of the largest
 parameter, no more than the table parts at backward's end; CUDA's foreach Adam: a temporary of
-every parameter at once), allocator fragmentation and the framework's own memory (library code,
-its communication library). Checked against real PyTorch jobs on the CPU
+every parameter at once) and allocator fragmentation. Checked against real PyTorch jobs on the CPU
 (benchmarks/memory_validation.py, docs/model.md).
 
 Activations saved for backward, per layer, elements of A bytes (4 fp32, 2 mixed precision):
@@ -91,8 +96,9 @@ class Memory:
     """One worker's memory for one strategy, N, batch and settings, in bytes. params, optimizer
     and buffers are held through the iteration; grads (the gradients when backward has ended)
     and activations (what forward saved) are the two ends of backward, and backward_peak is the
-    worst moment of backward between them (backward_peak()); total = params + optimizer +
-    buffers + backward_peak."""
+    worst moment of backward between them (backward_peak()); framework is the process's own
+    memory outside the tensor allocator (given); total = params + optimizer + buffers +
+    backward_peak + framework."""
 
     strategy: str
     workers: int
@@ -105,6 +111,7 @@ class Memory:
     precision: str = "mixed"
     checkpointing: bool = False
     backward_peak: float = 0.0
+    framework: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -112,12 +119,13 @@ class Memory:
 
     @property
     def total(self) -> float:
-        return self.params + self.optimizer + self.buffers + self.backward_peak
+        return self.params + self.optimizer + self.buffers + self.backward_peak + self.framework
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "workers": self.workers, "params_bytes": self.params,
                 "grads_bytes": self.grads, "optimizer_bytes": self.optimizer, "activations_bytes": self.activations,
                 "buffers_bytes": self.buffers, "backward_peak_bytes": self.backward_peak,
+                "framework_bytes": self.framework,
                 "model_states_bytes": self.model_states, "total_bytes": self.total,
                 "optimizer": self.optimizer_name, "precision": self.precision, "checkpointing": self.checkpointing}
 
@@ -267,12 +275,16 @@ def buffers(net: Network, strategy: Strategy, workers: int, precision: str = "mi
 
 
 def memory_per_worker(net: Network | str, strategy: Strategy, workers: int, batch: int, optimizer: str = "adam",
-                      precision: str = "mixed", checkpointing: bool = False, impl: str = "deepspeed") -> Memory:
+                      precision: str = "mixed", checkpointing: bool = False, impl: str = "deepspeed",
+                      framework: float = 0.0) -> Memory:
     """One worker's memory for `strategy` on `workers` workers at per-worker `batch`. impl names
     the program behind ZeRO stages 1 and 2: 'deepspeed' (the zero1/zero2 presets' buckets) or
-    'pytorch' (stage 1: ZeroRedundancyOptimizer under DDP; stage 2: FSDP SHARD_GRAD_OP)."""
+    'pytorch' (stage 1: ZeroRedundancyOptimizer under DDP; stage 2: FSDP SHARD_GRAD_OP).
+    framework: the process's own bytes outside the tensor allocator (module docstring)."""
     if impl not in IMPLS:
         raise UsageError(f"impl: one of {', '.join(IMPLS)}, got {impl!r}")
+    if not (math.isfinite(framework) and framework >= 0):
+        raise UsageError(f"framework memory must be >= 0 bytes, got {framework}")
     net = load_network(net)
     params, grads, opt = model_states(net.params, workers, strategy.shard, optimizer, precision)
     fsdp_grad_op = strategy.shard == 2 and impl == "pytorch"
@@ -280,31 +292,39 @@ def memory_per_worker(net: Network | str, strategy: Strategy, workers: int, batc
         params /= workers  # FSDP keeps the shard at rest; backward_peak holds the unsharded units
     peak = backward_peak(net, batch, workers, strategy.shard, precision, checkpointing, fsdp_grad_op)
     return Memory(strategy.name, workers, params, grads, opt, activations(net, batch, precision, checkpointing),
-                  buffers(net, strategy, workers, precision, impl), optimizer, precision, checkpointing, peak)
+                  buffers(net, strategy, workers, precision, impl), optimizer, precision, checkpointing, peak,
+                  float(framework))
 
 
 # ---------------------------------------------------------------------------------------------
 # gdlbench predict --memory-limit (commands/predict.py calls these)
 
 
-def _limit_option(text: str) -> str:
-    """argparse type of --memory-limit: checked while the command line is parsed."""
-    try:
-        parse_size(text, "--memory-limit")
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--memory-limit: ")) from None
-    return text
+def _size_option(option: str) -> Any:
+    """argparse type of a SIZE option (--memory-limit, --framework-memory): checked while the
+    command line is parsed."""
+    def check(text: str) -> str:
+        try:
+            parse_size(text, option)
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option}: ")) from None
+        return text
+    return check
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("memory (gdlbench.memory; docs/model.md, the memory model)")
-    g.add_argument("--memory-limit", metavar="SIZE", type=_limit_option,
+    g.add_argument("--memory-limit", metavar="SIZE", type=_size_option("--memory-limit"),
                    help="memory per worker, e.g. 80GB: each row says whether it fits, and the fastest strategy "
                         "that fits is named per N (mixed precision when --grad-dtype is 16-bit)")
     g.add_argument("--optimizer", default="adam", choices=OPTIMIZERS,
                    help="optimizer states for the memory model: adam (default) or sgd with momentum")
     g.add_argument("--checkpointing", action="store_true",
                    help="activation checkpointing per block in the memory model")
+    g.add_argument("--framework-memory", metavar="SIZE", type=_size_option("--framework-memory"),
+                   help="the framework's own memory per worker, outside its tensor allocator (libraries, runtime "
+                        "heaps, a GPU's CUDA context), added to every total (default 0; torch on a CPU: 0.17GB, "
+                        "benchmarks/RESULTS.md section 8)")
 
 
 def annotate(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]], batch: int,
@@ -314,8 +334,9 @@ def annotate(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]
     if not getattr(args, "memory_limit", None):
         return None
     precision = "fp32" if args.grad_dtype == "float32" else "mixed"
+    own = getattr(args, "framework_memory", None)
     return fits(net, strategies, rows, batch, parse_size(args.memory_limit, "--memory-limit"), args.optimizer,
-                precision, args.checkpointing)
+                precision, args.checkpointing, parse_size(own, "--framework-memory") if own else 0.0)
 
 
 def _fastest(rows: list[dict[str, Any]]) -> str | None:
@@ -325,14 +346,15 @@ def _fastest(rows: list[dict[str, Any]]) -> str | None:
 
 
 def fits(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]], batch: int, limit: float,
-         optimizer: str = "adam", precision: str = "mixed", checkpointing: bool = False) -> dict[str, Any]:
+         optimizer: str = "adam", precision: str = "mixed", checkpointing: bool = False,
+         framework: float = 0.0) -> dict[str, Any]:
     """Each predicted row (strategy, workers, t_iter_us) gets memory_*_bytes and fits (total <= limit,
     bytes per worker); returns per N the fastest strategy that fits and the lowest ZeRO stage that
     fits (0: replicated) with its fastest strategy, None where nothing fits."""
     by_name = {s.name: s for s in strategies}
     for row in rows:
         mem = memory_per_worker(net, by_name[row["strategy"]], row["workers"], batch, optimizer, precision,
-                                checkpointing)
+                                checkpointing, framework=framework)
         row.update({f"memory_{k}": v for k, v in mem.to_dict().items() if k.endswith("_bytes")})
         row["fits"] = mem.total <= limit
     best: dict[str, str | None] = {}
@@ -344,7 +366,8 @@ def fits(net: Network, strategies: list[Strategy], rows: list[dict[str, Any]], b
         lowest[str(n)] = None if stage is None else {
             "stage": stage, "strategy": _fastest([r for r in fit if by_name[r["strategy"]].shard == stage])}
     return {"limit_bytes": limit, "optimizer": optimizer, "precision": precision,
-            "checkpointing": checkpointing, "fastest_that_fits": best, "lowest_stage_that_fits": lowest,
+            "checkpointing": checkpointing, "framework_bytes": framework,
+            "fastest_that_fits": best, "lowest_stage_that_fits": lowest,
             "model": "gdlbench.memory: model states (ZeRO paper), activations per layer, communication buffers"}
 
 
@@ -358,13 +381,14 @@ def print_memory(rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     cols = [Column("strategy", "strategy"), Column("N", "workers"),
             Column("params", "params", gb), Column("grads", "grads", gb), Column("optimizer", "optimizer", gb),
             Column("activations", "activations", gb), Column("buffers", "buffers", gb),
-            Column("backward peak", "backward_peak", gb), Column("total (GB)", "total", gb), Column("fits", "fits")]
-    parts = ("params", "grads", "optimizer", "activations", "buffers", "backward_peak", "total")
+            Column("backward peak", "backward_peak", gb), Column("framework", "framework", gb),
+            Column("total (GB)", "total", gb), Column("fits", "fits")]
+    parts = ("params", "grads", "optimizer", "activations", "buffers", "backward_peak", "framework", "total")
     table = [{"strategy": r["strategy"], "workers": r["workers"], "fits": "yes" if r["fits"] else "NO"}
              | {k: r[f"memory_{k}_bytes"] for k in parts} for r in rows]
     print_table(f"memory per worker (limit {summary['limit_bytes'] / 1e9:g} GB; {summary['optimizer']}, "
                 f"{summary['precision']}{', activation checkpointing' if summary['checkpointing'] else ''})",
-                cols, table, caption="GB = 1e9 bytes; total = params + optimizer + buffers + backward peak (the "
+                cols, table, caption="GB = 1e9 bytes; total = params + optimizer + buffers + backward peak + framework (the "
                                      "activations still held, the gradients made so far and the moving ones at "
                                      "backward's worst layer; grads and activations are its two ends); "
                                      "docs/model.md, the memory model")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__, env
+from . import __version__, env, memory
 from .collectives import fit_sweep_for_messages
 from .errors import UsageError
 from .iteration import default_batch, traced_breakdown
@@ -97,6 +97,7 @@ class Config:
     optimizer: str = "adam"  # optimizer states in the memory answer
     # a validation beyond the measured scale (attach_validation): {"iteration", "fit"}, paths in the study
     validation: dict[str, str] | None = None
+    memory_at: dict[str, Any] | None = None  # the memory answer's shape, if not the measured one (parse_memory_at)
 
     def net_spec(self, name: str) -> str:
         return self.net_specs.get(name, name)
@@ -175,7 +176,56 @@ def config_from_args(args: argparse.Namespace, world_size: int, nodes: int = 1) 
     return Config(nets, strategies, _parse_batch(args.batch, nets, device, quick), workers, scales, world_size,
                   device, iters, warmup, args.threads, quick, args.link, cluster_file, nodes,
                   str(Path(args.io_dir).resolve()) if args.io_dir else None, float(ratio), specs, limit,
-                  getattr(args, "optimizer", None) or "adam")
+                  getattr(args, "optimizer", None) or "adam",
+                  parse_memory_at(getattr(args, "memory_at", None), list(specs.values())))
+
+
+MEMORY_AT_KEYS = ("seq", "batch", "precision", "checkpointing")
+
+
+def parse_memory_at(text: str | None, specs: list[str]) -> dict[str, Any] | None:
+    """--memory-at 'seq=1024,batch=16,precision=mixed,checkpointing=yes' (any of the keys): the
+    shape at which the memory answer is modelled, while time is measured at the study's own.
+    Every net must take the sequence given (a transformer's NAME:seq=S)."""
+    if text is None:
+        return None
+    out: dict[str, Any] = {}
+    for item in (x.strip() for x in str(text).split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or key not in MEMORY_AT_KEYS or key in out:
+            raise UsageError(f"--memory-at: expected KEY=VALUE,... with keys {', '.join(MEMORY_AT_KEYS)} "
+                             f"(each once), got {text!r}")
+        if key in ("seq", "batch"):
+            if not value.isdigit() or int(value) < 1:
+                raise UsageError(f"--memory-at: {key} must be an integer >= 1, got {value!r}")
+            out[key] = int(value)
+        elif key == "precision":
+            if value not in memory.PRECISIONS:
+                raise UsageError(f"--memory-at: precision is one of {', '.join(memory.PRECISIONS)}, got {value!r}")
+            out[key] = value
+        elif value not in ("yes", "no"):
+            raise UsageError(f"--memory-at: checkpointing is yes or no, got {value!r}")
+        else:
+            out[key] = value == "yes"
+    for spec in specs:
+        at_shape(spec, out.get("seq"))  # its errors now, not after the measurements
+    return out
+
+
+def at_shape(spec: str, seq: int | None) -> str:
+    """The net spec `spec` at sequence `seq` (None: as it is): 'gpt2-medium:seq=64' -> ':seq=1024'."""
+    if seq is None:
+        return spec
+    base, _, params = spec.partition(":")
+    keep = [p for p in params.split(":") if p and not p.startswith("seq=")]
+    target = ":".join([base, *keep, f"seq={seq}"])
+    try:
+        if Path(spec).is_file() or spec.endswith((".json", ".py")):
+            raise UsageError("a spec file")
+        load_network(target)
+    except UsageError as exc:
+        raise UsageError(f"--memory-at seq={seq}: the net {spec} takes no sequence length ({exc})") from None
+    return target
 
 
 def _link(text: str) -> tuple[float, float]:
@@ -240,6 +290,20 @@ def _shard_fit_cells(cfg: Config, sizes: list[str]) -> list[Cell]:
                  weight=10.0 if cfg.quick else 30.0) for c in SHARD_COLLECTIVES]
 
 
+def _in_host_memory(sweep: list[str], cfg: Config) -> list[str]:
+    """The fit's sweep, its last size lowered (by its factor) until its buffers (three per rank,
+    rotated over the last size) take at most half of this node's memory: GPT-2 medium's 1.4 GB
+    gradient asks a 4 GiB sweep, 24 GiB on 2 ranks. Larger messages follow the fit's formula (the
+    report's scope says so). Physical memory, not what is free: every rank plans the same cells."""
+    arg = dict(zip(sweep[::2], sweep[1::2], strict=True))
+    start, end, factor = int(arg["-b"]), int(arg["-e"]), int(arg["-f"])
+    per_node = -(-cfg.world_size // max(cfg.nodes, 1))
+    budget = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    while end > start * factor and 3 * end * per_node > budget:
+        end //= factor
+    return [*sweep[:2], "-e", str(end), *sweep[4:8], "--rotate", str(end)]
+
+
 def plan_cells(cfg: Config) -> list[Cell]:
     cells = []
     strategies = get_strategies(",".join(cfg.strategies))
@@ -247,7 +311,8 @@ def plan_cells(cfg: Config) -> list[Cell]:
         algos = ["library"] + (["ps"] if any(s.collective == "ps" for s in strategies) else [])
         # up to the largest message: a whole gradient, which some strategies send at once
         sizes = (fit_sweep_for_messages(0, factor=16, least=16 << 20) if cfg.quick
-                 else fit_sweep_for_messages(max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)))
+                 else _in_host_memory(fit_sweep_for_messages(
+                     max(load_network(cfg.net_spec(n)).param_bytes() for n in cfg.nets)), cfg))
         cells.append(Cell("allreduce-fit", "fit",
                           ["allreduce", *sizes, "--algo", ",".join(algos), "--servers", str(cfg.world_size),
                            "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",
@@ -655,8 +720,9 @@ def memory_answer(root: Path, cfg: Config, net_name: str, phases_file: str, stra
     """Does the job fit in cfg.memory_limit per device, and at what cost: the study's strategies and
     the sharded ones (ZeRO-1/2/3, FSDP; priced from the same phases) at every N, each with its
     memory per worker (gdlbench.memory) and whether it fits; per N the fastest that fits and the
-    lowest ZeRO stage that fits. fp32 (the study's gradients), cfg.optimizer's states."""
-    from . import memory
+    lowest ZeRO stage that fits. fp32 (the study's gradients), cfg.optimizer's states; with
+    cfg.memory_at the memory at that shape (sequence, batch, precision, checkpointing) while the
+    times stay those of the measured shape ('at' says both)."""
     from .strategies import SHARDED
 
     spec = cfg.net_spec(net_name)
@@ -667,9 +733,13 @@ def memory_answer(root: Path, cfg: Config, net_name: str, phases_file: str, stra
     table = [{k: r[k] for k in ("strategy", "workers", "t_iter_us", "images_per_s")}
              for r in [*rows, *(row for q in requests.values() for row in _rows(root, q))]]
     limit = parse_size(cfg.memory_limit, "--memory-limit")
-    summary = memory.fits(load_network(spec), [*strategies, *extra], table, batch, limit, cfg.optimizer, "fp32")
+    at = dict(cfg.memory_at or {})
+    target, at_batch = at_shape(spec, at.get("seq")), at.get("batch", batch)
+    summary = memory.fits(load_network(target), [*strategies, *extra], table, at_batch, limit, cfg.optimizer,
+                          at.get("precision", "fp32"), at.get("checkpointing", False))
+    shape = {"net": target, "batch": at_batch, "measured_net": spec, "measured_batch": batch} if at else None
     return {**summary, "rows": table, "predict_commands": {n: q.command() for n, q in requests.items()},
-            "sharded_predicted_only": [s.name for s in extra]}
+            "sharded_predicted_only": [s.name for s in extra], "at": shape}
 
 
 def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[str, Any],

@@ -336,8 +336,10 @@ def _verdicts(doc: Doc, an: Mapping[str, Any]) -> None:
                          _why_text(v), servers, f"{v['bound_by']}",
                          _pct(v["comm_exposed_pct"], f"{p}/comm_exposed_pct", signed=False),
                          _fits_text(na.get("memory"), v["workers"])])
+    shaped = any((na.get("memory") or {}).get("at") for na in an["nets"].values())
     doc.add(Table(["net", "N", "from", "verdict", "winner", "images/s", "runner-up", "margin", "band", "why",
-                   "PS servers", "bound by", "comm exposed", "memory: fastest that fits (lowest ZeRO stage)"], rows,
+                   "PS servers", "bound by", "comm exposed", "memory: fastest that fits (lowest ZeRO stage)"
+                   + (", at the target shape" if shaped else "")], rows,
                   "margin: how much longer the runner-up's iteration is; band: the tie threshold (noise when "
                   "measured, the model's error when predicted); why: the phase group where the runner-up loses "
                   "the most, runner-up against winner; PS servers: how many parameter servers the winner (or runner-up) "
@@ -345,17 +347,36 @@ def _verdicts(doc: Doc, an: Mapping[str, Any]) -> None:
                   "a predicted verdict whose strategies rest on a component that did not validate at the measured "
                   "scale (the net's component table); memory: of the "
                   "study's and the sharded strategies, the fastest whose memory per worker fits the device "
-                  "(gdlbench.memory; the net's section has the table)"))
+                  "(gdlbench.memory; the net's section has the table), the lowest ZeRO stage that fits (the "
+                  "cheapest in communication) and which fit"
+                  + ("; at the target shape (--memory-at): the memory is modelled at the job's shape, the "
+                     "verdict's time is measured at the study's smaller one" if shaped else "")))
 
 
-def _fits_text(mem: Mapping[str, Any] | None, n: int) -> str:
-    """The memory answer at n workers: the fastest strategy that fits and the lowest ZeRO stage that fits."""
+def _fits_text(mem: Mapping[str, Any] | None, n: int, long: bool = False) -> str:
+    """The memory answer at n workers: the fastest strategy that fits, the lowest ZeRO stage that
+    fits (the cheapest in communication) and which fit; with --memory-at, at which shape."""
     if not mem:
         return "-"
+    at = mem.get("at")
+    where = f"at {_shape_text(mem)}: " if at else ""
     best, low = mem["fastest_that_fits"].get(str(n)), mem["lowest_stage_that_fits"].get(str(n))
     if not best or not low:
-        return f"nothing fits in {mem['limit_bytes'] / 1e9:g} GB"
-    return f"{best} (stage {low['stage']}: {low['strategy']})"
+        return f"{where}nothing fits in {mem['limit_bytes'] / 1e9:g} GB"
+    every = [r for r in mem["rows"] if r["workers"] == n]
+    fit = [r["strategy"] for r in every if r["fits"]]
+    which = "all fit" if len(fit) == len(every) else "fit: " + ", ".join(fit)
+    if long:
+        return (f"{where}the fastest that fits is {best}; the cheapest that fits (lowest ZeRO stage) is stage "
+                f"{low['stage']} ({low['strategy']}); {which}")
+    return f"{where}{best} (stage {low['stage']}: {low['strategy']}); {which}"
+
+
+def _shape_text(mem: Mapping[str, Any]) -> str:
+    """The shape the memory answer is modelled at: 'gpt2-medium:seq=1024, batch 16, mixed'."""
+    at = mem["at"]
+    return (f"{at['net']}, batch {at['batch']}, {mem['precision']}"
+            + (", activation checkpointing" if mem.get("checkpointing") else ""))
 
 
 def _how_to_read(doc: Doc) -> None:
@@ -710,13 +731,19 @@ def _memory(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int]) -> Non
     mem = na.get("memory")
     if not mem:
         return
-    base, limit = f"{_NETS}/{net}/memory", mem["limit_bytes"]
-    doc.add(Heading(3, f"Memory per worker: does it fit in {limit / 1e9:g} GB?", f"{net}-memory"))
-    doc.add(Para([f"gdlbench.memory per worker ({mem['optimizer']} states, {mem['precision']}, batch {na['batch']}): "
+    base, limit, at = f"{_NETS}/{net}/memory", mem["limit_bytes"], mem.get("at")
+    doc.add(Heading(3, f"Memory per worker{f' at {_shape_text(mem)}' if at else ''}: does it fit in {limit / 1e9:g} GB?",
+                    f"{net}-memory"))
+    doc.add(Para([f"gdlbench.memory per worker ({mem['optimizer']} states, {mem['precision']}, batch "
+                  f"{at['batch'] if at else na['batch']}): "
                   "parameters, gradients and optimizer states as ZeRO shards them, the activations backward keeps, "
                   "the communication buffers; beside each the predicted iteration. The sharded strategies ("
                   f"{', '.join(mem.get('sharded_predicted_only', [])) or 'none'}) are predicted only (",
                   Link("the strategies", "strategies"), " lists the others)."]))
+    if at:
+        doc.add(Para([f"Time is measured at the study's shape, {at['measured_net']} at batch {at['measured_batch']} "
+                      "per worker (the ms columns are predicted from those phases); memory is modelled at the job's "
+                      f"shape, {_shape_text(mem)} per worker (--memory-at), which this study did not run."]))
     strategies = list(dict.fromkeys(r["strategy"] for r in mem["rows"]))
     rows: list[list[Part]] = []
     for s in strategies:
@@ -728,9 +755,10 @@ def _memory(doc: Doc, net: str, na: Mapping[str, Any], scales: list[int]) -> Non
                         "" if r["fits"] else " (no)"), _ms(r["t_iter_us"], f"{base}/rows/{i}/t_iter_us")]
         rows.append(row)
     doc.add(Table(["strategy"] + [h for n_s in scales for h in (f"GB N={n_s}", f"ms N={n_s}")], rows,
-                  f"GB = 1e9 bytes per worker, (no): over {limit / 1e9:g} GB; the total is the sum of the parts, an "
-                  "upper bound of the peak; ms: the predicted iteration"))
-    doc.add(Items([[f"N = {n_s}: {_fits_text(mem, n_s)}"] for n_s in scales]))
+                  f"GB = 1e9 bytes per worker, (no): over {limit / 1e9:g} GB; the total is parameters + optimizer "
+                  "states + buffers + the peak of backward (activations still held and gradients made so far); "
+                  "ms: the predicted iteration" + (" at the measured shape" if at else "")))
+    doc.add(Items([[f"N = {n_s}: {_fits_text(mem, n_s, long=True)}"] for n_s in scales]))
 
 
 def _slowest(doc: Doc, net: str, q: Mapping[str, Any]) -> None:

@@ -725,3 +725,87 @@ def test_validation_bad_files_are_one_line_and_exit_2(study_dir, tmp_path):
         p = run_cli("study", "--resume", str(out), *args, nranks=2)
         assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and said in p.stderr, (args, p.stderr)
     assert not (out / "validation").exists()
+
+
+def test_study_memory_at_bad_values_are_one_line_and_exit_2(tmp_path):
+    # --memory-at is read before anything is measured: a bad value is one line, exit 2, no directory
+    for bad, says in (("seq=0", "seq must be an integer"), ("batch=x", "batch must be an integer"),
+                      ("foo=1", "keys seq, batch"), ("seq=8,seq=9", "each once"), ("precision=fp8", "precision"),
+                      ("checkpointing=maybe", "yes or no")):
+        out = tmp_path / bad.replace("=", "_").replace(",", "_")
+        p = run_cli("study", "--out", str(out), "--nets", "gpt2-medium:seq=16", "--link", "5:12.5",
+                    "--memory-at", bad)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not out.exists()
+    p = run_cli("study", "--out", str(tmp_path / "mlp"), "--nets", MLP, "--link", "5:12.5", "--memory-at", "seq=64")
+    assert p.returncode == 2 and "takes no sequence length" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_memory_answer_at_the_target_shape(tmp_path):
+    """--memory-at: the memory rows modelled at the target shape (sequence, batch, precision), the
+    times those of the measured shape; the memory table and the Verdicts column say so per N."""
+    import gdlbench as g
+    from gdlbench import study, study_report
+    from gdlbench.memory import memory_per_worker
+    from gdlbench.network import load_network
+    from gdlbench.prediction import CommSource, PredictRequest
+    from gdlbench.strategies import get_strategies
+
+    small, target = ("transformer:layers=2:hidden=256:heads=4:vocab=5000:positions=512:seq=16",
+                     "transformer:layers=2:hidden=256:heads=4:vocab=5000:positions=512:seq=512")
+    (tmp_path / "cells").mkdir()
+    phases = "cells/iteration-transformer.json"
+    (tmp_path / phases).write_text(json.dumps(g.Phases.synthetic(small, 1).to_report()))
+    at = study.parse_memory_at("seq=512,batch=32,precision=mixed", [small])
+    assert at == {"seq": 512, "batch": 32, "precision": "mixed"} and study.at_shape(small, 512) == target
+    strategies = get_strategies("ddp,wfbp-fusion")
+    # a limit between DDP's total and ZeRO-1's at N = 8: the replicated strategies do not fit there
+    ddp8, z1 = (memory_per_worker(target, get_strategies(s)[0], 8, 32, "adam", "mixed").total for s in ("ddp", "zero1"))
+    assert z1 < ddp8
+    cfg = study.Config(["transformer"], [s.name for s in strategies], {"transformer": 1}, [1, 8], [1, 8], 2, "cpu", 2,
+                       0, None, False, link="5:12.5", net_specs={"transformer": small},
+                       memory_limit=f"{int((ddp8 + z1) / 2)}B", memory_at=at)
+    rows = [row for s in strategies for row in study._rows(tmp_path, PredictRequest(
+        phases=phases, net=small, comm=CommSource(alpha=5, bandwidth="12.5"), strategy=s.name, workers=(1, 8)))]
+    mem = study.memory_answer(tmp_path, cfg, "transformer", phases, strategies, rows, 1)
+    assert mem["at"] == {"net": target, "batch": 32, "measured_net": small, "measured_batch": 1}
+    assert mem["precision"] == "mixed" and load_network(target).params == load_network(small).params
+    times = {(r["strategy"], r["workers"]): r["t_iter_us"] for r in rows}
+    for r in mem["rows"]:
+        want = memory_per_worker(target, get_strategies(r["strategy"])[0], r["workers"], 32, "adam", "mixed").total
+        assert r["memory_total_bytes"] == pytest.approx(want) and r["fits"] == (want <= int((ddp8 + z1) / 2))
+        if (r["strategy"], r["workers"]) in times:  # the time is the measured shape's prediction
+            assert r["t_iter_us"] == times[(r["strategy"], r["workers"])]
+    assert not any(r["fits"] for r in mem["rows"] if r["strategy"] in ("ddp", "wfbp-fusion") and r["workers"] == 8)
+    low = mem["lowest_stage_that_fits"]["8"]
+    assert low["stage"] == 1 and low["strategy"] == "zero1"
+    fit8 = [r["strategy"] for r in mem["rows"] if r["workers"] == 8 and r["fits"]]
+    assert set(fit8) == {"zero1", "zero2", "zero3", "fsdp"}
+    verdict_cell = study_report._fits_text(mem, 8)  # the Verdicts column's text
+    assert verdict_cell.startswith(f"at {target}, batch 32, mixed: ") and "(stage 1: zero1)" in verdict_cell
+    assert "fit: " + ", ".join(fit8) in verdict_cell
+    doc = study_report.Doc("t")
+    study_report._memory(doc, "transformer", {"batch": 1, "memory": mem}, [1, 8])
+    md = study_report.render_markdown(doc)
+    assert f"Memory per worker at {target}, batch 32, mixed: does it fit in" in md
+    assert f"Time is measured at the study's shape, {small} at batch 1" in md and "modelled at the job's" in md
+    assert "the cheapest that fits (lowest ZeRO stage) is stage 1 (zero1)" in md and " (no)" in md
+
+
+def test_the_fit_sweep_stays_in_host_memory():
+    # GPT-2 medium's 1.4 GB gradient asks a sweep to 4 GiB: 3 rotated buffers per rank; the study
+    # lowers the last size until they take at most half the node's memory, the same on every rank
+    from gdlbench import collectives, study
+
+    phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    sweep = collectives.fit_sweep_for_messages(1_419_292_672)
+    for ranks in (2, 8, 64):
+        cfg = study.Config(["x"], ["ddp"], {"x": 1}, [1, ranks], [ranks], ranks, "cpu", 1, 0, None, False)
+        out = study._in_host_memory(sweep, cfg)
+        end = int(out[out.index("-e") + 1])
+        assert out[out.index("--rotate") + 1] == str(end) and out[:2] == sweep[:2] and end >= 4096 * 4
+        assert 3 * end * ranks <= phys // 2 or end == 4096 * 4
+        assert end == int(sweep[3]) or 3 * end * 4 * ranks > phys // 2  # the largest size that fits
+    small = collectives.fit_sweep_for_messages(1 << 20)
+    assert study._in_host_memory(small, study.Config(["x"], ["ddp"], {"x": 1}, [1], [2], 2, "cpu", 1, 0, None,
+                                                     False)) == small

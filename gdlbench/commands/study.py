@@ -66,6 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "fits and the lowest ZeRO stage that fits, the sharded strategies priced beside the others")
     p.add_argument("--optimizer", choices=("sgd", "adam"),
                    help="optimizer states in the memory answer (default adam)")
+    p.add_argument("--memory-at", metavar="KEY=VALUE,...",
+                   help="model the memory answer at the job's own shape while timing the study's smaller one: "
+                        "seq=S (a transformer's sequence), batch=B (per worker), precision=fp32|mixed, "
+                        "checkpointing=yes|no; e.g. seq=1024,batch=16,precision=mixed (default: the measured shape, "
+                        "fp32)")
     p.add_argument("--io-dir", help="where the JPEG dataset is generated once and reused (default: a temporary one)")
     p.add_argument("--validate", metavar="FILE",
                    help="a validation point beyond the measured scale: the `gdlbench iteration --json` of one of the "
