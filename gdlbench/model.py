@@ -13,7 +13,8 @@ t_c (gradient aggregation, from a communication model), t_u.
 - contention: while a message and a backward layer run side by side, the layer runs s_c times
              and the message s_m times slower than alone (schedule_shared); s_c and s_m are
              measured (Phases.compute_slowdown, comm_slowdown; gdlbench iteration's contention
-             round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half).
+             round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half);
+             measured ones price messages over the link they were measured on only (Phases.on_link).
 - fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
 - no overlap: the same recurrence with every r_l = t_b (all messages after backward).
 - sharded (ZeRO-1/2/3, FSDP; strategies.SHARDED): reduce-scatters of the gradients and
@@ -89,6 +90,14 @@ def measured_link(doc: Any) -> str | None:
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         return None
     return link_at_level(nodes > 1, env.get("cpu"))
+
+
+def _contention_link(doc: Any, contention: dict[str, Any], source: str) -> str | None:
+    """The link a phases file's contention was measured on: summary.contention.link, else its env's."""
+    given = contention.get("link")
+    if not isinstance(given, (str, type(None))):
+        raise UsageError(f"{source}: summary.contention.link must be the name of a link, got {given!r}")
+    return given or measured_link(doc)
 
 
 def link_at_level(inter: bool, machine: Any) -> str:
@@ -424,8 +433,6 @@ class Phases:
         if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 <= eta <= 1:
             raise UsageError(f"{source}: summary.overlap_efficiency must be a number in [0, 1], got {eta!r}")
         contention = _section(summary, "contention")
-        if not isinstance(contention.get("link"), (str, type(None))):
-            raise UsageError(f"{source}: summary.contention.link must be the name of a link, got {contention['link']!r}")
         by_strategy = contention.get("by_strategy", {})
         if not isinstance(by_strategy, dict) or not all(isinstance(v, dict) for v in by_strategy.values()):
             raise UsageError(f"{source}: summary.contention.by_strategy must map strategy names to "
@@ -440,7 +447,7 @@ class Phases:
                    strategy_slowdowns={k: (v.get("compute_slowdown"), v.get("comm_slowdown"))
                                        for k, v in by_strategy.items()},
                    memory_slowdown=contention.get("memory_slowdown"), layer_memory_share=shares,
-                   io_threads=io_threads, contention_link=contention.get("link") or measured_link(doc))
+                   io_threads=io_threads, contention_link=_contention_link(doc, contention, source))
 
     def with_batch(self, batch: int) -> Phases:
         """What-if: these phases at another per-worker batch. Assumes io, h2d, forward and
