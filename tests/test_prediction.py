@@ -181,3 +181,8 @@ def test_each_row_names_the_contention_that_priced_it(tmp_path):
                                      strategy="wfbp", workers=(2,)))
     assert theirs.rows[0]["contention"] == "measured on this link (intra-node link of cpu Y)"
     assert theirs.summary["phases"]["contention"]["compute_slowdown"] == 1.5
+    # the console says it under the table
+    p = run_cli("predict", "--phases", str(phases), "--net", MLP, "--cluster", str(cluster), "--algo", "ring",
+                "--strategy", "wfbp", "--workers", "1,2")
+    assert p.returncode == 0, p.stderr
+    assert "contention beside backward at N = 2: assumed for an unmeasured link" in " ".join(p.stdout.split())
