@@ -23,6 +23,7 @@ from typing import Any
 from . import costmodel
 from .costmodel import INTER, INTER_SHARED, INTRA, INTRA_RSAG
 from .errors import UsageError
+from .model import link_at_level
 from .paths import read_json
 
 
@@ -141,6 +142,7 @@ class Cluster:
     notes: tuple[str, ...] = field(default_factory=tuple)
     intra_rsag: Link | None = None
     inter_shared: Link | None = None
+    machine: str | None = None  # where a fitted cluster was measured (env.cpu); None: presets, by hand
 
     def __post_init__(self) -> None:
         if isinstance(self.per_node, bool) or not isinstance(self.per_node, int) or self.per_node < 1:
@@ -157,6 +159,15 @@ class Cluster:
         """(M nodes, G workers per node) for n workers: full nodes of per_node (the last may hold fewer)."""
         g = min(self.per_node, n)
         return math.ceil(n / g), g
+
+    def link_at(self, n: int) -> str | None:
+        """The link n workers' messages cross, for the contention that prices them (model.Phases.on_link):
+        within one node the intra-node link; across nodes every message crosses the inter-node link,
+        the slower one, whose contention then prices the whole message (the model's messages are
+        not split by level). None: a cluster not measured (presets, links given by hand)."""
+        if self.machine is None:
+            return None
+        return link_at_level(self.shape(n)[0] > 1, self.machine)
 
     def time_us(self, algo: str, m: float, n: int, servers: int | None = None) -> float:
         """One all-reduce of m bytes per worker among n workers (costmodel's two-level counts)."""
@@ -220,7 +231,7 @@ class Cluster:
                 "intra": self.intra.to_dict(), "inter": self.inter.to_dict(), "source": self.source,
                 **{k: v.to_dict() for k, v in (("intra_rsag", self.intra_rsag), ("inter_shared", self.inter_shared))
                    if v is not None},
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "machine": self.machine}
 
     def describe(self) -> str:
         shape = f"{self.nodes} nodes x {self.per_node}" if self.nodes else f"{self.per_node} per node"
@@ -239,7 +250,8 @@ def one_level_us(algo: str, m: float, n: int, alpha: float, beta: float, gamma: 
     return costmodel.time_us(algo, m, n, alpha, beta, gamma, servers)
 
 
-def from_fit_levels(levels: dict[str, Any], nodes: int, per_node: int, source: str) -> Cluster:
+def from_fit_levels(levels: dict[str, Any], nodes: int, per_node: int, source: str,
+                    machine: str | None = None) -> Cluster:
     """The cluster an `allreduce --fit` on several nodes measured (summary.fit.levels)."""
     if not isinstance(levels, dict) or "intra" not in levels or "inter" not in levels:
         raise UsageError(f"{source}: summary.fit.levels needs both intra and inter fits")
@@ -254,7 +266,7 @@ def from_fit_levels(levels: dict[str, Any], nodes: int, per_node: int, source: s
         return Link.from_fit(fit, key, f"{source} ({key} fit)") if per_node > 1 and isinstance(fit, dict) else None
 
     return Cluster(per_node, intra, inter, nodes=nodes, source=source, intra_rsag=as_run("intra_rsag"),
-                   inter_shared=as_run("inter_shared"))
+                   inter_shared=as_run("inter_shared"), machine=machine)
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -269,7 +281,9 @@ def load_cluster(path: str | Path) -> Cluster:
         per_node = topo.get("ranks_per_node")
         if not per_node:
             raise UsageError(f"--cluster {path}: env.topology.ranks_per_node is missing (or the nodes differ)")
-        return from_fit_levels(summary["fit"]["levels"], int(topo.get("nodes") or 1), int(per_node), str(path))
+        cpu = (doc.get("env") or {}).get("cpu")
+        return from_fit_levels(summary["fit"]["levels"], int(topo.get("nodes") or 1), int(per_node), str(path),
+                               machine=str(cpu) if cpu else "an unnamed machine")
     for key in ("per_node", "intra", "inter"):
         if key not in doc:
             raise UsageError(f"--cluster {path}: missing {key!r} (a cluster file has nodes, per_node, intra, "

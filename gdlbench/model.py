@@ -13,7 +13,8 @@ t_c (gradient aggregation, from a communication model), t_u.
 - contention: while a message and a backward layer run side by side, the layer runs s_c times
              and the message s_m times slower than alone (schedule_shared); s_c and s_m are
              measured (Phases.compute_slowdown, comm_slowdown; gdlbench iteration's contention
-             round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half).
+             round) or 2 - overlap_efficiency (1: own resources, 2: the same cores half and half);
+             measured ones price messages over the link they were measured on only (Phases.on_link).
 - fusion:    consecutive gradients merge into buckets of >= B bytes, a bucket ready with its last.
 - no overlap: the same recurrence with every r_l = t_b (all messages after backward).
 - sharded (ZeRO-1/2/3, FSDP; strategies.SHARDED): reduce-scatters of the gradients and
@@ -83,6 +84,31 @@ def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
     value = doc.get(key)
     return value if isinstance(value, dict) else {}
 
+
+def measured_link(doc: Any) -> str | None:
+    """The link a report's messages crossed, from its env: 'intra-node link of CPU' (one node:
+    the node's shared memory or its devices' links) or 'inter-node link of CPU' (several nodes:
+    the network between them); None where the report does not say (no env.topology.nodes)."""
+    env = _section(doc, "env") if isinstance(doc, dict) else {}
+    nodes = _section(env, "topology").get("nodes")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        return None
+    return link_at_level(nodes > 1, env.get("cpu"))
+
+
+def _contention_link(doc: Any, contention: dict[str, Any], source: str) -> str | None:
+    """The link a phases file's contention was measured on: summary.contention.link, else its env's."""
+    given = contention.get("link")
+    if not isinstance(given, (str, type(None))):
+        raise UsageError(f"{source}: summary.contention.link must be the name of a link, got {given!r}")
+    return given or measured_link(doc)
+
+
+def link_at_level(inter: bool, machine: Any) -> str:
+    """The name of a measured link: its level and the machine (env.cpu) it was measured on."""
+    return f"{'inter' if inter else 'intra'}-node link of {machine or 'an unnamed machine'}"
+
+
 @dataclass(frozen=True)
 class CommModel:
     """alpha-beta(-gamma) parameters of one algorithm; the same fields as
@@ -105,6 +131,12 @@ class CommModel:
     # (SHARD_COLLECTIVES); a sharded message is priced by its collective's fit where there is one,
     # else by that collective's formula with this fit's alpha and beta (sharded_message_us).
     collective_fits: tuple[CommModel, ...] = ()
+    # the link it was measured on (measured_link; None: a formula or a file that does not say)
+    link: str | None = None
+
+    def link_at(self, n: int) -> str | None:
+        """The link n workers' messages cross: this model's at every n."""
+        return self.link
 
     def params_for(self, m: float) -> tuple[float, float]:
         """(alpha_us, beta_us_per_byte) for a message of m bytes."""
@@ -177,7 +209,7 @@ class CommModel:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
-                "source": self.source, "note": self.note,
+                "source": self.source, "note": self.note, "link": self.link,
                 "regimes": costmodel.regimes_to_json(self.regimes),
                 **({"collectives": {f.algo: f.to_dict() for f in self.collective_fits}} if self.collective_fits else {})}
 
@@ -207,7 +239,8 @@ class CommModel:
             fits = tuple(cls.from_dict(v | {"algo": k}) for k, v in own.items())  # (the key names it)
             return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
                        source=source or str(fit.get("source") or ""), note=str(fit.get("note") or ""),
-                       regimes=regimes, collective_fits=fits)
+                       regimes=regimes, collective_fits=fits,
+                       link=measured_link(doc) or (fit["link"] if isinstance(fit.get("link"), str) else None))
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             if isinstance(exc, UsageError):
                 raise
@@ -360,10 +393,18 @@ class Phases:
     # The compute time a read on the prefetch thread costs while it runs beside compute (Iteration's
     # read-beside round), in us. None: (1 - overlap_efficiency) t_io.
     read_beside_us: float | None = None
+    # The link the contention above was measured on (measured_link: 'intra-node link of CPU'):
+    # it prices messages over that link only (on_link). None: not recorded, applied to any link.
+    contention_link: str | None = None
+    # Which contention prices the messages, once on_link has chosen (docs/model.md, "Contention
+    # belongs to its link"); "" before.
+    contention_used: str = ""
 
     def contention(self) -> dict[str, Any]:
         out: dict[str, Any] = {"compute_slowdown": self.compute_slowdown, "comm_slowdown": self.comm_slowdown,
-               "read_beside_us": self.read_beside_us}
+               "read_beside_us": self.read_beside_us, "link": self.contention_link}
+        if self.contention_used:
+            out["used"] = self.contention_used
         if self.memory_slowdown is not None:
             out["memory_slowdown"] = self.memory_slowdown
         if self.strategy_slowdowns:
@@ -379,6 +420,28 @@ class Phases:
         default = 2.0 - self.overlap_efficiency
         return (default if self.compute_slowdown is None else self.compute_slowdown,
                 default if self.comm_slowdown is None else self.comm_slowdown)
+
+    def measured(self) -> bool:
+        return self.compute_slowdown is not None or self.comm_slowdown is not None or bool(self.strategy_slowdowns)
+
+    def on_link(self, link: str | None) -> Phases:
+        """These phases with the contention that prices messages over `link` (None: a link not
+        measured: a formula, a preset, a hand-made cluster). The measured slowdowns belong to the
+        link they were measured on (contention_link); messages over another link take the default
+        for an unmeasured link, 2 - overlap_efficiency for backward and messages. Contention
+        measured on an unrecorded link (contention_link None) is applied as given."""
+        if not self.measured():
+            return replace(self, contention_used=f"assumed: none measured, 2 - overlap_efficiency = "
+                                                 f"{2.0 - self.overlap_efficiency:g} for backward and messages")
+        if self.contention_link is None:
+            return replace(self, contention_used="measured (its link not recorded: applied as given)")
+        if link == self.contention_link:
+            return replace(self, contention_used=f"measured on this link ({link})")
+        return replace(self, compute_slowdown=None, comm_slowdown=None, strategy_slowdowns={}, memory_slowdown=None,
+                       contention_used=f"assumed for an unmeasured link: 2 - overlap_efficiency = "
+                                       f"{2.0 - self.overlap_efficiency:g} for backward and messages (messages over "
+                                       f"{link or 'a link not measured'}; the contention measured over "
+                                       f"{self.contention_link} is not carried)")
 
     def backward_slowdowns(self, strategy: str | None, layers: Sequence[str]) -> list[float]:
         """Each backward layer's slowdown beside the messages: slowdowns()'s, moved towards
@@ -473,7 +536,7 @@ class Phases:
                    strategy_slowdowns={k: (v.get("compute_slowdown"), v.get("comm_slowdown"))
                                        for k, v in by_strategy.items()},
                    memory_slowdown=contention.get("memory_slowdown"), layer_memory_share=shares,
-                   io_threads=io_threads)
+                   io_threads=io_threads, contention_link=_contention_link(doc, contention, source))
 
     def with_batch(self, batch: int) -> Phases:
         """What-if: these phases at another per-worker batch. Assumes io, h2d, forward and
@@ -642,6 +705,8 @@ class Prediction:
     # of io_us, what a prefetched read costs the compute beside it: a trace shows it as slower
     # compute, and io_us - io_beside_us as the wait for the batch
     io_beside_us: float = 0.0
+    # which contention priced the messages beside compute (Phases.on_link); "" with no messages
+    contention: str = ""
 
     @property
     def images_per_s(self) -> float:
@@ -658,7 +723,8 @@ class Prediction:
              "backward_us": self.backward_us, "comm_us": self.comm_us, "comm_exposed_us": self.comm_exposed_us,
              "update_us": self.update_us, "images_per_s": self.images_per_s, "messages": len(self.messages),
              "comm_wait_us": self.comm_wait_us, "backward_beside_us": self.backward_beside_us,
-             "comm_hidden_us": self.comm_hidden_us, "io_beside_us": self.io_beside_us}
+             "comm_hidden_us": self.comm_hidden_us, "io_beside_us": self.io_beside_us,
+             "contention": self.contention}
         if timeline:
             d["timeline"] = self.timeline
             d["message_list"] = [m.to_dict() for m in self.messages]
@@ -905,6 +971,17 @@ def _ready_after(plan: Sequence[dict[str, Any]], order: Sequence[int], strategy:
     return [position[msg["indices"][-1]] if strategy.overlap == "wfbp" else len(order) - 1 for msg in plan]
 
 
+def _phases_on_link(phases: Phases, comm: CommModel | Any | None, n: int,
+                    message_costs_us: Sequence[float] | None) -> Phases:
+    """The phases with the contention of the link n workers' messages cross (Phases.on_link):
+    the comm model's link_at(n). Messages measured alone (message_costs_us) crossed the link the
+    contention was measured on, in the same run: its contention, as given."""
+    if message_costs_us is not None or comm is None:
+        return phases
+    link_at = getattr(comm, "link_at", None)
+    return phases.on_link(link_at(n)) if link_at is not None else phases
+
+
 def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any | None, strategy: Strategy,
                       workers: int, dtype_bytes: int = 4, message_costs_us: Sequence[float] | None = None,
                       pull_costs_us: Sequence[float] | None = None, compress: Compression | None = None) -> Prediction:
@@ -940,6 +1017,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
 
     costs, pulls = _message_costs(strategy, comm, n, sizes, dense, message_costs_us, pull_costs_us)
     costs = [c + e for c, e in zip(costs, encode, strict=True)]
+    phases = _phases_on_link(phases, comm, n, message_costs_us)
     slow_b = phases.backward_slowdowns(strategy.name, [net.layers[i].name for i in order])
     layer_ends, spans = schedule_shared([bwd[i] for i in order], ready_after, costs, slow_b,
                                         phases.slowdowns(strategy.name)[1])
@@ -961,7 +1039,7 @@ def predict_iteration(net: Network | str, phases: Phases, comm: CommModel | Any 
     return Prediction(strategy.name, n, phases.batch, t_iter, io_exposed, t_h2d, t_f, t_b, comm_total,
                       comm_exposed, t_u, messages, tl, comm_wait_us=comm_end - backward_end + pulls_total,
                       backward_beside_us=backward_end, comm_hidden_us=hidden_us(spans, backward_end),
-                      io_beside_us=io_beside)
+                      io_beside_us=io_beside, contention=phases.contention_used if n > 1 else "")
 
 
 def predict_scaling(net: Network | str, phases: Phases, comm: CommModel | Any, strategies: Iterable[Strategy],
@@ -1208,6 +1286,7 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
     compute = fwd + bwd[::-1] + [t_u]
     needs = _sharded_needs(plan, len(compute), nl)
     ready = [m["ready"] for m in plan]
+    phases = _phases_on_link(phases, comm, n, message_costs_us)
     c_slow, m_slow = phases.slowdowns(strategy.name)
     cs, ms = schedule_lanes(compute, needs, costs, ready, c_slow, m_slow)
     span = max(cs[-1][1], ms[-1][1] if ms else 0.0)  # from the start of forward
@@ -1226,5 +1305,5 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
                       comm_exposed, t_u, messages, sorted(tl, key=lambda s: s["start_us"]),
                       comm_wait_us=max(0.0, span - busy), backward_beside_us=sum(e - s for s, e in backward_tasks),
                       comm_hidden_us=hidden_us(ms, backward_tasks[-1][1] if backward_tasks else 0.0),
-                      io_beside_us=io_beside)
+                      io_beside_us=io_beside, contention=phases.contention_used if n > 1 else "")
 

@@ -249,10 +249,13 @@ def _measure_on_the_spot(request: PredictRequest) -> Phases:
     return phases
 
 
-def _with_contention(phases: Phases, fit_file: str | None, load: Load) -> Phases:
+def _with_contention(phases: Phases, comm: CommModel | Cluster, fit_file: str | None, load: Load) -> Phases:
     """The phases with the contention the --from report measured beside compute (allreduce
-    --backend gloo --beside-compute), where the phases have none of their own."""
-    if not fit_file or phases.compute_slowdown is not None or phases.strategy_slowdowns:
+    --backend gloo --beside-compute) on its link, where the phases have none measured on that
+    link (none at all, or measured on another: Phases.on_link)."""
+    if not fit_file or isinstance(comm, Cluster):
+        return phases
+    if phases.measured() and phases.contention_link in (None, comm.link):
         return phases
     found = None
     for path in fit_files(fit_file):  # (with --from's rs/ag fits: the all-reduce's report holds it)
@@ -262,7 +265,8 @@ def _with_contention(phases: Phases, fit_file: str | None, load: Load) -> Phases
     if not isinstance(found, dict):
         return phases
     return replace(phases, compute_slowdown=found.get("compute_slowdown"), comm_slowdown=found.get("comm_slowdown"),
-                   memory_slowdown=found.get("memory_slowdown"), source=f"{phases.source}; contention beside compute from {fit_file}")
+                   memory_slowdown=found.get("memory_slowdown"), strategy_slowdowns={}, contention_link=comm.link,
+                   source=f"{phases.source}; contention beside compute from {fit_file}")
 
 
 def _phases(request: PredictRequest, load: Load) -> tuple[Phases, dict[str, Any]]:
@@ -330,10 +334,17 @@ def evaluate(request: PredictRequest, load: Load = read_json) -> Evaluation:
     phases, phases_summary = _phases(request, load)
     net = _network(request, phases, phases_summary)
     fit = phases_summary.get("fit")
-    comm = two_level or request.comm.comm_model(fit if isinstance(fit, (dict, list)) else None, load)
+    comm: CommModel | Cluster
+    if two_level:
+        comm = two_level
+    else:
+        comm = request.comm.comm_model(fit if isinstance(fit, (dict, list)) else None, load)
+        src = request.comm
+        if not src.from_file and src.alpha is None and src.beta is None and src.bandwidth is None:
+            comm = replace(comm, link=phases.contention_link)  # the phases file's own fit: its run's link
     bw, lat = link_scale(request.link_scale)
-    comm = comm.scaled(bandwidth=bw, latency=lat)  # on a cluster: its inter-node link
-    phases = _with_contention(phases, request.comm.from_file, load)
+    comm = comm.scaled(bandwidth=bw, latency=lat)  # on a cluster: its inter-node link; the same link, faster
+    phases = _with_contention(phases, comm, request.comm.from_file, load)
     dtype_bytes = GRAD_DTYPE_BYTES[request.grad_dtype]
     compress = request.compression()
     strategies = list(request.strategies)

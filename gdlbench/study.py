@@ -762,6 +762,8 @@ def compare_row(s: Strategy, n_meas: int, doc: Mapping[str, Any], pred: Mapping[
             "model_from_messages_error_pct": summary["error_pct"][s.name],
             "predicted_breakdown_us": breakdown_of(pred),
             "predicted_comm_us": pred["comm_us"], "predicted_comm_hidden_us": pred["comm_hidden_us"],
+            # which contention priced the prediction's messages (measured on their link, or assumed)
+            "predicted_contention": pred.get("contention", ""),
             "measured_breakdown_us": measured_breakdown(tl) if tl else None,
             # the components' measured side: each phase's median over the ranks (a cell made before
             # every rank's breakdown was kept: rank 0's, measured_breakdown_us)

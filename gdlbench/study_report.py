@@ -677,6 +677,9 @@ def _validation(doc: Doc, v: Mapping[str, Any], n: int) -> None:
                   "measured: median composed iteration over the run's rounds, max over ranks; predicted: "
                   "`gdlbench predict --cluster` with this study's phases; component errors: predicted - measured "
                   f"over the measured iteration ({source})"))
+    used = list(dict.fromkeys(c["predicted_contention"] for c in v["compare"] if c.get("predicted_contention")))
+    if used:  # the contention the one-node study measured belongs to its link (docs/model.md)
+        doc.add(Para(["Backward and the messages beside it, in the prediction: " + "; ".join(used) + "."]))
     doc.add(Details("the prediction for each strategy, as a command (run it in the study's directory)",
                     list(v["predict_commands"].values())))
 

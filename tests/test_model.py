@@ -802,3 +802,61 @@ def test_a_prefetched_reads_cost_beside_compute_shows_as_compute_in_the_traced_b
     read = next(sp for sp in tl if sp["name"] == "read the next batch (prefetch thread)")
     assert read["start_us"] == pytest.approx(fwd[0]["start_us"])  # the prefetch starts with forward
     assert max(sp["end_us"] for sp in tl if sp["lane"] == "update") == pytest.approx(pred.t_iter_us)
+
+
+def test_contention_belongs_to_the_link_it_was_measured_on():
+    """Measured slowdowns price messages over their own link; over another link (a cluster's
+    inter-node level, a formula) the default for an unmeasured link, 2 - overlap_efficiency."""
+    from gdlbench.cluster import Cluster, Link
+
+    shm = "intra-node link of cpu X"
+    ph = replace(PH3, compute_slowdown=2.0, comm_slowdown=2.0, contention_link=shm)
+    wfbp = strat(overlap="wfbp")  # one message per layer: fc3 16 us ready at 30, fc2 24 at 50, fc1 24 at 60
+    # its own link, both 2x: fc3's message and layer fc2 share 30-62, fc2 alone to 66; fc2's message
+    # and fc1 share 66-86, the message alone to 100; fc1's 100-124. t = h2d 2 + t_f 30 + 124 + t_u 3
+    own = predict_iteration(NET3, ph, replace(RING, link=shm), wfbp, 2)
+    assert [x for m in own.messages for x in (m.start_us, m.end_us)] == pytest.approx([30, 62, 66, 100, 100, 124])
+    assert own.t_iter_us == pytest.approx(159)
+    assert own.to_dict()["contention"] == f"measured on this link ({shm})"
+    # a formula (no measured link): 2 - 1 = 1 for both, the plain WFBP recurrence: 30-46, 50-74, 74-98
+    formula = predict_iteration(NET3, ph, RING, wfbp, 2)
+    assert [x for m in formula.messages for x in (m.start_us, m.end_us)] == pytest.approx([30, 46, 50, 74, 74, 98])
+    assert formula.t_iter_us == pytest.approx(133)
+    assert formula.contention.startswith("assumed for an unmeasured link: 2 - overlap_efficiency = 1 ")
+    # the same link timings on a cluster measured on cpu X: one node (N = 2 <= 2 per node) crosses
+    # the intra-node link the contention was measured on; 2 nodes x 1 cross the inter-node link
+    link = Link("l", 4.0, 0.004)  # alpha 4 us, beta 0.25 us/B: RING's numbers
+    one_node = Cluster(2, link, link, algo="ring", machine="cpu X")
+    two_nodes = Cluster(1, link, link, algo="ring", machine="cpu X")
+    assert one_node.link_at(2) == shm and two_nodes.link_at(2) == "inter-node link of cpu X"
+    assert predict_iteration(NET3, ph, one_node, wfbp, 2).t_iter_us == pytest.approx(159)
+    across = predict_iteration(NET3, ph, two_nodes, wfbp, 2)
+    assert across.t_iter_us == pytest.approx(133)
+    assert "messages over inter-node link of cpu X" in across.contention and shm in across.contention
+    # overlap_efficiency 0: the unmeasured default is 2 for both, as measured here
+    assert predict_iteration(NET3, replace(ph, overlap_efficiency=0.0), two_nodes, wfbp, 2).t_iter_us == \
+        pytest.approx(159 + 5)  # + the prefetched read beside compute, (1 - 0) t_io
+    # a strategy's own pair is the link's too; a contention whose link is not recorded applies as given
+    by = replace(PH3, strategy_slowdowns={"test": (2.0, 2.0)}, contention_link=shm)
+    assert predict_iteration(NET3, by, two_nodes, wfbp, 2).t_iter_us == pytest.approx(133)
+    assert predict_iteration(NET3, replace(ph, contention_link=None), two_nodes, wfbp, 2).t_iter_us == \
+        pytest.approx(159)
+    # messages measured alone in the same run crossed the contention's link: kept
+    assert predict_iteration(NET3, ph, None, wfbp, 2, message_costs_us=[16, 24, 24]).t_iter_us == pytest.approx(159)
+    assert predict_iteration(NET3, ph, two_nodes, wfbp, 1).contention == ""  # one worker sends nothing
+
+
+def test_a_reports_link_comes_from_its_env():
+    from gdlbench.model import measured_link
+
+    env = {"cpu": "cpu X", "topology": {"nodes": 1, "ranks_per_node": 2}}
+    assert measured_link({"env": env}) == "intra-node link of cpu X"
+    assert measured_link({"env": {**env, "topology": {"nodes": 2}}}) == "inter-node link of cpu X"
+    assert measured_link({"env": {"world_size": 2}}) is None and measured_link({}) is None
+    doc = replace(PH3, compute_slowdown=1.5, comm_slowdown=1.2).to_report() | {"env": env}
+    back = Phases.from_dict(doc)
+    assert back.contention_link == "intra-node link of cpu X"
+    assert Phases.from_dict(back.to_report()).contention_link == "intra-node link of cpu X"  # kept in the JSON
+    doc["summary"]["contention"]["link"] = 3
+    with pytest.raises(UsageError, match="contention.link"):
+        Phases.from_dict(doc)

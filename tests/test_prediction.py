@@ -128,3 +128,61 @@ def test_a_bad_comm_source_is_a_clear_value_error(fields, message):
 def test_the_cli_says_a_bad_request_in_one_line_and_exits_2():
     p = run_cli("predict", "--net", "alexnet", "--alpha", "5", "--bandwidth", "10", "--io-threads", "0")
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "--io-threads must be >= 1" in p.stderr, p.stderr
+
+
+def test_each_row_names_the_contention_that_priced_it(tmp_path):
+    """The phases' contention, measured over one node's link, prices messages over that link (the
+    phases' own fit, a fit of the same node); over another (a cluster's inter-node level, a
+    --bandwidth formula, a fit measured elsewhere) the unmeasured default, or the contention that
+    fit measured on its own link."""
+    from gdlbench.model import Phases
+
+    env1 = {"cpu": "cpu X", "topology": {"nodes": 1, "ranks_per_node": 2}}
+    fit = {"algo": "library", "alpha_us": 20.0, "beta_us_per_byte": 1e-3}
+    p = Phases.synthetic(MLP, 8, gflops=50)
+    p.overlap_efficiency, p.compute_slowdown, p.comm_slowdown = 0.0, 3.0, 5.0
+    doc = p.to_report() | {"env": env1}
+    doc["summary"]["fit"] = fit
+    phases = tmp_path / "phases.json"
+    phases.write_text(json.dumps(doc))
+
+    def write(name: str, env: dict, extra: dict | None = None) -> str:
+        path = tmp_path / name
+        path.write_text(json.dumps({"env": env, "summary": {"fit": fit, **(extra or {})}}))
+        return str(path)
+
+    same = write("same.json", env1)
+    other = write("other.json", {"cpu": "cpu Y", "topology": {"nodes": 1}})
+    other_own = write("other-own.json", {"cpu": "cpu Y", "topology": {"nodes": 1}},
+                      {"contention": {"compute_slowdown": 1.5, "comm_slowdown": 1.25}})
+    levels = {"intra": fit, "inter": fit}
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"env": {"cpu": "cpu X", "topology": {"nodes": 2, "ranks_per_node": 1}},
+                                   "summary": {"fit": {"levels": levels}}}))
+
+    def row(comm: CommSource) -> dict:
+        ev = evaluate(PredictRequest(phases=str(phases), net=MLP, comm=comm, strategy="wfbp", workers=(2,)))
+        return ev.rows[0]
+
+    measured = "measured on this link (intra-node link of cpu X)"
+    own, same_node = row(CommSource()), row(CommSource(from_file=same))
+    assert own["contention"] == same_node["contention"] == measured
+    assert own["t_iter_us"] == pytest.approx(same_node["t_iter_us"], rel=1e-12)
+    assumed = "assumed for an unmeasured link: 2 - overlap_efficiency = 2 for backward and messages (messages over "
+    across = row(CommSource(cluster=str(cluster), algo="ring"))
+    assert across["contention"] == assumed + ("inter-node link of cpu X; the contention measured over intra-node "
+                                              "link of cpu X is not carried)")
+    assert row(CommSource(alpha=20.0, beta=1e-3))["contention"].startswith(assumed + "a link not measured;")
+    assert row(CommSource(from_file=other))["contention"].startswith(assumed + "intra-node link of cpu Y;")
+    # slower than measured here (3x, 5x) is not the same as the default (2x): the numbers move with the rule
+    assert row(CommSource(alpha=20.0, beta=1e-3))["t_iter_us"] < own["t_iter_us"]
+    # a fit measured elsewhere with its own contention: that contention prices its messages
+    theirs = evaluate(PredictRequest(phases=str(phases), net=MLP, comm=CommSource(from_file=other_own),
+                                     strategy="wfbp", workers=(2,)))
+    assert theirs.rows[0]["contention"] == "measured on this link (intra-node link of cpu Y)"
+    assert theirs.summary["phases"]["contention"]["compute_slowdown"] == 1.5
+    # the console says it under the table
+    p = run_cli("predict", "--phases", str(phases), "--net", MLP, "--cluster", str(cluster), "--algo", "ring",
+                "--strategy", "wfbp", "--workers", "1,2")
+    assert p.returncode == 0, p.stderr
+    assert "contention beside backward at N = 2: assumed for an unmeasured link" in " ".join(p.stdout.split())

@@ -682,6 +682,12 @@ def test_validation_point_beyond_the_measured_scale(study_dir, tmp_path):
         assert q.returncode == 0, q.stderr
         assert math.isclose(json.loads((tmp_path / "q.json").read_text())["rows"][0]["t_iter_us"], c["predicted_us"],
                             rel_tol=1e-9)
+        # the one-node contention is not carried to the inter-node link: the unmeasured link's default
+        assert c["predicted_contention"].startswith("assumed"), c["predicted_contention"]
+        assert "inter-node link of" in c["predicted_contention"] or "none measured" in c["predicted_contention"]
+    # at the study's own scale its messages cross the link its contention was measured on
+    assert {c["predicted_contention"].split(" (")[0] for c in index["analysis"]["nets"]["mlp"]["compare"]} <= {
+        "measured on this link", "assumed: none measured, 2 - overlap_efficiency = 2 for backward and messages"}
     rows = v["components"]["rows"]
     assert [r["strategy"] for r in rows] == ["cntk", "mxnet"]
     for r in rows:
@@ -694,6 +700,7 @@ def test_validation_point_beyond_the_measured_scale(study_dir, tmp_path):
     html = (out / "report.html").read_text()
     section = _section(html, "mlp-validation")
     assert "2 nodes x 1 rank per node" in section and "filled cross" in section
+    assert "Backward and the messages beside it, in the prediction: assumed" in section
     found = _Numbers()
     found.feed(section)
     srcs = {src for src, _, _ in found.found}

@@ -221,6 +221,13 @@ def _print_prediction(request: PredictRequest, ev: Evaluation, two_level: cluste
                           f"[dim]Source: {escape(k.source)}[/dim]", highlight=False)
         for note in two_level.notes:
             console.print(escape(note), highlight=False)
+    used: dict[str, list[int]] = {}  # which contention priced the messages beside backward, per N (Phases.on_link)
+    for r in ev.rows:
+        if r.get("contention"):
+            used.setdefault(r["contention"], []).append(r["workers"])
+    for text, ns in used.items():
+        console.print(f"contention beside backward at N = {', '.join(map(str, sorted(set(ns))))}: {escape(text)}",
+                      highlight=False)
     console.print("strategies (stated assumptions, not exact reproductions of the frameworks):", highlight=False)
     for s in ev.strategies:
         console.print(f"  {escape(s.name)}: {escape(s.describe())}. {escape(s.assumptions)} "
