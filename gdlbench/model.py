@@ -209,7 +209,7 @@ class CommModel:
         return {"algo": self.algo, "alpha_us": self.alpha_us, "beta_us_per_byte": self.beta_us_per_byte,
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
-                "source": self.source, "note": self.note, "link": self.link,
+                "source": self.source, "note": self.note, **({"link": self.link} if self.link else {}),
                 "regimes": costmodel.regimes_to_json(self.regimes),
                 **({"collectives": {f.algo: f.to_dict() for f in self.collective_fits}} if self.collective_fits else {})}
 
