@@ -51,8 +51,9 @@ def main() -> int:
     import torch
 
     import gdlbench
-    from gdlbench import _core, conv_layers
-    from gdlbench.conv import ConvShape, check_cpu
+    from gdlbench import _core
+    from gdlbench.primitives import conv_layers
+    from gdlbench.primitives.conv import ConvShape, check_cpu
 
     threads = args.threads or len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)

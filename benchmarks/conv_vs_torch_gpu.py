@@ -40,9 +40,9 @@ def main() -> int:
     import numpy as np
 
     import gdlbench
-    from gdlbench import conv_layers
     from gdlbench._native import require_cuda
-    from gdlbench.conv import ConvShape, conv
+    from gdlbench.primitives import conv_layers
+    from gdlbench.primitives.conv import ConvShape, conv
 
     count, why = gdlbench.cuda_status()
     if count == 0:
@@ -72,7 +72,7 @@ def main() -> int:
     print(f"gdlbench {gdlbench.__version__} vs torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}) "
           f"on {torch.cuda.get_device_name()}; {args.dtype}, {args.layout}, batch {args.batch}, gdlbench --algo "
           f"{args.algo}, torch cudnn.benchmark=True; {args.rounds} rounds x {args.iters} iterations", flush=True)
-    gdlbench.env.resolve_device("cuda")
+    gdlbench.common.env.resolve_device("cuda")
     peer_method = describe("graph", args.iters)
     print(f"gdlbench: {GDLBENCH_METHOD}\ntorch:    aten conv2d / convolution_backward (one gradient each), "
           f"{peer_method}\nboth on gdlbench's fill values (same dtype and memory order)", flush=True)

@@ -23,10 +23,10 @@ from peer_timing import GDLBENCH_METHOD, describe, fill_like_gdlbench, time_peer
 
 import gdlbench
 from gdlbench._native import require_cuda
-from gdlbench.copy import copy as gdl_copy
-from gdlbench.units import parse_count, parse_size
-from gdlbench.update import BYTES_PER_PARAM
-from gdlbench.update import update as gdl_update
+from gdlbench.common.units import parse_count, parse_size
+from gdlbench.primitives.copy import copy as gdl_copy
+from gdlbench.primitives.update import BYTES_PER_PARAM
+from gdlbench.primitives.update import update as gdl_update
 
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4  # both sides
 
@@ -82,7 +82,7 @@ def main() -> int:
         return 2
     import torch
 
-    gdlbench.env.resolve_device("cuda")
+    gdlbench.common.env.resolve_device("cuda")
     cuda = require_cuda()
     print(f"gdlbench: copies {args.copies} per event pair; update {GDLBENCH_METHOD}\n"
           f"torch:    copies {args.copies} per event pair (copy_, non_blocking); SGD.step() "
@@ -122,7 +122,7 @@ def main() -> int:
         extra = f"  vs d2d copy {row['vs_copy']:.3f} (copy {row['d2d_copy_gbs']:.1f} GB/s)" if "vs_copy" in row else ""
         print(f"{row['op']:18s} gdlbench {row['gdlbench_gbs']:8.2f} GB/s  torch {row['torch_gbs']:8.2f} GB/s  "
               f"ratio {row['ratio']:.3f}{extra}  #wrong {row.get('wrong', 0)}")
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "env": gdlbench.env.collect(),
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "env": gdlbench.common.env.collect(),
             "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gdlbench.torch_trace import StepPhases, import_trace
+from gdlbench.model.torch_trace import StepPhases, import_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -41,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
 
     n = args.size
-    threads = args.threads or gdlbench.env.default_threads()
+    threads = args.threads or gdlbench.common.env.default_threads()
     a = np.empty((n, n), dtype=args.dtype)
     b = np.empty((n, n), dtype=args.dtype)
     _core.fill(a, 1)
@@ -59,7 +59,7 @@ def main() -> None:
             theirs += numpy_samples(a, b, c, 1, args.iters)
     g_ours = flop / np.median(ours) / 1e3
     g_np = flop / np.median(theirs) / 1e3
-    print(f"machine: {gdlbench.env.collect()['cpu']}, {threads} threads")
+    print(f"machine: {gdlbench.common.env.collect()['cpu']}, {threads} threads")
     print(f"gdlbench BLAS: {_core.blas_config().strip()} core={_core.blas_corename()}")
     print(f"numpy BLAS:    {'; '.join(numpy_blas)}")
     print(f"{args.dtype} GEMM {n}^3, {args.rounds} alternating rounds x {args.iters} iterations")

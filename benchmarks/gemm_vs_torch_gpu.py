@@ -22,7 +22,7 @@ from peer_timing import GDLBENCH_METHOD, describe, fill_like_gdlbench, time_peer
 
 import gdlbench
 from gdlbench._native import require_cuda
-from gdlbench.gemm import check_rows, compare
+from gdlbench.primitives.gemm import check_rows, compare
 
 TORCH_DTYPE = {"float32": "float32", "tf32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -91,7 +91,7 @@ def main() -> int:
         return 2
     import torch
 
-    gdlbench.env.resolve_device("cuda")
+    gdlbench.common.env.resolve_device("cuda")
     cuda = require_cuda()
     n = args.size
     peer_method = describe("queued", args.iters)
@@ -107,7 +107,7 @@ def main() -> int:
                   f"{row['torch_tflops']:7.1f} TFLOP/s  ratio {row['ratio']:.3f} (goal >= 0.95)  #wrong gdlbench "
                   f"{row['wrong']} torch {row['torch_wrong']}", flush=True)
             torch.cuda.empty_cache()
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "env": gdlbench.env.collect(),
+    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "env": gdlbench.common.env.collect(),
             "gdlbench_method": GDLBENCH_METHOD, "torch_method": peer_method, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

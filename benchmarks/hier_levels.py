@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 
-from gdlbench import collectives as C
-from gdlbench import env
 from gdlbench._native import MPI
-from gdlbench.units import parse_size
+from gdlbench.common import env
+from gdlbench.common.units import parse_size
+from gdlbench.primitives import collectives as C
 
 
 def main() -> None:

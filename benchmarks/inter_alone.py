@@ -19,9 +19,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from gdlbench import collectives as C
 from gdlbench._native import MPI
-from gdlbench.units import parse_size
+from gdlbench.common.units import parse_size
+from gdlbench.primitives import collectives as C
 
 
 def wait(world, how: str) -> None:

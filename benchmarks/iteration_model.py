@@ -39,10 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from gdlbench.collectives import fit_sweep_for_messages
-from gdlbench.iteration import default_batch
-from gdlbench.network import load_network
-from gdlbench.strategies import get_strategies
+from gdlbench.composed.iteration import default_batch
+from gdlbench.model.strategies import get_strategies
+from gdlbench.nets.network import load_network
+from gdlbench.primitives.collectives import fit_sweep_for_messages
 
 BIN = Path(sys.executable).parent
 GOAL_MEDIAN, GOAL_WORST = 3.0, 5.0
@@ -98,7 +98,7 @@ def explain(net: str, batch: int, threads: int, rounds: int) -> None:
     from mpi4py import MPI
 
     from gdlbench import _core
-    from gdlbench.iteration import phase_times
+    from gdlbench.composed.iteration import phase_times
 
     _core.set_blas_threads(threads)
     _core.set_compute_threads(threads)

@@ -91,9 +91,9 @@ def main() -> int:
     import torch
 
     from gdlbench._native import require_cuda
-    from gdlbench.iteration import Iteration
+    from gdlbench.composed.iteration import Iteration
 
-    gdlbench.env.resolve_device("cuda")
+    gdlbench.common.env.resolve_device("cuda")
     cuda = require_cuda()
     peer_method = describe("queued", args.iters)
     print("gdlbench: per layer, CUDA events around each call, calls queued back to back (medians summed)\n"
@@ -120,7 +120,7 @@ def main() -> int:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": args.batch,
                        "goal": "<= 1.05", "torch_method": peer_method,
-                       **rows, "top_layers": r.top_layers(20), "env": gdlbench.env.collect()}, f, indent=1)
+                       **rows, "top_layers": r.top_layers(20), "env": gdlbench.common.env.collect()}, f, indent=1)
     return 0
 
 

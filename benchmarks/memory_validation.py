@@ -1,4 +1,4 @@
-"""gdlbench's memory model (gdlbench.memory) held against real PyTorch training jobs on the CPU
+"""gdlbench's memory model (gdlbench.model.memory) held against real PyTorch training jobs on the CPU
 (issue 35, item 4): each rank's peak resident memory of a few training steps, per strategy,
 ranks and optimizer, beside the model's per-worker prediction for the same net and batch.
 
@@ -22,7 +22,7 @@ model is built (the HWM is reset there with /proc/self/clear_refs "5"); the larg
 Prints one row per configuration: strategy, ranks, optimizer, measured MB, predicted MB, error.
 Goal (issue 35): |error| <= 10 % on every row.
 
-The framework's own memory (gdlbench.memory, `framework`: torch's libraries and heaps outside its
+The framework's own memory (gdlbench.model.memory, `framework`: torch's libraries and heaps outside its
 tensor allocator) is measured first in the same run, with a job whose tensors are 10 MB
 (FRAMEWORK_JOB: DDP, one rank, SGD): its VmHWM less the model's total for it (and its anon peak
 less the same, for the anon column); every prediction adds it.
@@ -280,7 +280,7 @@ def rank_main(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from gdlbench.network import load_network
+    from gdlbench.nets.network import load_network
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -351,8 +351,8 @@ def run_config(net: str, strategy: str, ranks: int, optimizer: str, args: argpar
 
 def predict_mb(net: str, strategy: str, ranks: int, optimizer: str, batch: int, framework_mb: float = 0.0
                ) -> tuple[float, Any]:
-    from gdlbench.memory import memory_per_worker
-    from gdlbench.strategies import get_strategies
+    from gdlbench.model.memory import memory_per_worker
+    from gdlbench.model.strategies import get_strategies
 
     name, impl = GDL_STRATEGY[strategy]
     mem = memory_per_worker(net, get_strategies(name)[0], ranks, batch, optimizer, "fp32", impl=impl,
@@ -403,7 +403,7 @@ def main() -> None:
 
 def table(args: argparse.Namespace) -> None:
     """Every configuration in turn: the measured row beside the prediction (module docstring)."""
-    from gdlbench.network import load_network
+    from gdlbench.nets.network import load_network
 
     rows = []
     args.measured = {}

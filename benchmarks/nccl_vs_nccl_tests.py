@@ -153,7 +153,7 @@ def main() -> int:
     if a.json:
         doc = {"peer": (peer / "VERSION").read_text().strip() if (peer / "VERSION").exists() else str(peer),
                "ld_library_path": libpath, "rounds": a.rounds, "iters": a.iters, "warmup": a.warmup,
-               "env": gdlbench.env.collect(), "rows": rows}
+               "env": gdlbench.common.env.collect(), "rows": rows}
         tmp_json = Path(a.json + ".tmp")
         tmp_json.write_text(json.dumps(doc, indent=1))
         tmp_json.replace(a.json)

@@ -15,10 +15,10 @@ import argparse
 import statistics
 import tempfile
 
-from gdlbench import env
 from gdlbench._native import _core
-from gdlbench.iteration import Iteration, phase_times, read_beside
-from gdlbench.network import net_option
+from gdlbench.common import env
+from gdlbench.composed.iteration import Iteration, phase_times, read_beside
+from gdlbench.nets.network import net_option
 
 
 def main() -> None:

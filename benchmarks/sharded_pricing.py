@@ -14,9 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from gdlbench.model import load_comm_model, plan_sharded, sharded_message_us
-from gdlbench.network import load_network
-from gdlbench.strategies import get_strategies
+from gdlbench.model.phases import load_comm_model, plan_sharded, sharded_message_us
+from gdlbench.model.strategies import get_strategies
+from gdlbench.nets.network import load_network
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """gdlbench's CPU transformer layers against PyTorch's on the layers of GPT-2 small and BERT-base,
 forward and backward, same thread count, one process.
 
-The layers are those of gdlbench.network.load_network("gpt2-small:seq=S") and ("bert-base:seq=S")
+The layers are those of gdlbench.nets.network.load_network("gpt2-small:seq=S") and ("bert-base:seq=S")
 (S = 64 and 128 by default, batch 2): one representative layer per distinct type, shapes and
 attributes, with the number of times it occurs in the net. gdlbench runs each through
 _core.LayerBench (its own buffers, gdlbench's test data; the (D, S, 1) per-sample layout, features
@@ -56,7 +56,7 @@ class Case:
 
 def cases_of(net: str, types: set[str]) -> list[Case]:
     """One Case per distinct (type, shapes, attributes) of the net, in first-occurrence order."""
-    from gdlbench.network import load_network
+    from gdlbench.nets.network import load_network
     seen: dict[str, Case] = {}
     for spec in load_network(net).layer_specs():
         if types and spec["type"] not in types:
@@ -210,7 +210,8 @@ def main() -> int:
     import torch
 
     import gdlbench
-    from gdlbench import _core, env
+    from gdlbench import _core
+    from gdlbench.common import env
 
     threads = args.threads or env.default_threads()
     torch.set_num_threads(threads)

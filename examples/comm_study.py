@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 
 import gdlbench
-from gdlbench.units import parse_size
+from gdlbench.common.units import parse_size
 
 
 def sweep(lo: int, hi: int, factor: int) -> list[int]:

@@ -41,7 +41,24 @@ from ._checkout import use_installed_if_unbuilt  # noqa: E402
 use_installed_if_unbuilt(__path__)  # run from a source checkout's root: the installed modules
 
 from ._native import MpiInit, cuda_status, init_mpi  # noqa: E402  (loads mpi4py.MPI, then the native modules)
-from .collectives import (  # noqa: E402
+from .common.compare import Compare  # noqa: E402
+from .common.env import collect as environment  # noqa: E402
+from .common.errors import CheckFailed, UsageError  # noqa: E402
+from .common.measurement import Measurement  # noqa: E402
+from .composed.iteration import Iteration, IterationRequest, IterationResult  # noqa: E402
+from .model.memory import Memory, memory_per_worker  # noqa: E402
+from .model.phases import (  # noqa: E402
+    CommModel,
+    Phases,
+    Prediction,
+    load_comm_model,
+    predict_iteration,
+    predict_scaling,
+)
+from .model.strategies import PRESETS, Strategy, get_strategies  # noqa: E402
+from .model.torch_trace import ImportedTrace, import_trace  # noqa: E402
+from .nets.network import Network, builtin_nets, load_network  # noqa: E402
+from .primitives.collectives import (  # noqa: E402
     AlphaBetaFit,
     CollectiveRequest,
     CollectiveResult,
@@ -52,32 +69,15 @@ from .collectives import (  # noqa: E402
     fit_results,
     reduce_scatter,
 )
-from .compare import Compare  # noqa: E402
-from .compress import CompressRequest, CompressResult, compress  # noqa: E402
-from .conv import ConvRequest, ConvResult, ConvShape, conv  # noqa: E402
-from .copy import CopyRequest, CopyResult, copy  # noqa: E402
-from .env import collect as environment  # noqa: E402
-from .errors import CheckFailed, UsageError  # noqa: E402
-from .gemm import GemmRequest, GemmResult, gemm  # noqa: E402
-from .io import IoRequest, IoResult, io  # noqa: E402
-from .iteration import Iteration, IterationRequest, IterationResult  # noqa: E402
-from .layers import LayerRequest, LayerResult, layer  # noqa: E402
-from .measurement import Measurement  # noqa: E402
-from .memory import Memory, memory_per_worker  # noqa: E402
-from .model import (  # noqa: E402
-    CommModel,
-    Phases,
-    Prediction,
-    load_comm_model,
-    predict_iteration,
-    predict_scaling,
-)
-from .network import Network, builtin_nets, load_network  # noqa: E402
-from .prediction import CommSource, Evaluation, PredictRequest, evaluate  # noqa: E402
-from .scaling import PredictResult, predict  # noqa: E402
-from .strategies import PRESETS, Strategy, get_strategies  # noqa: E402
-from .torch_trace import ImportedTrace, import_trace  # noqa: E402
-from .update import UpdateRequest, UpdateResult, update  # noqa: E402
+from .primitives.compress import CompressRequest, CompressResult, compress  # noqa: E402
+from .primitives.conv import ConvRequest, ConvResult, ConvShape, conv  # noqa: E402
+from .primitives.copy import CopyRequest, CopyResult, copy  # noqa: E402
+from .primitives.gemm import GemmRequest, GemmResult, gemm  # noqa: E402
+from .primitives.io import IoRequest, IoResult, io  # noqa: E402
+from .primitives.layers import LayerRequest, LayerResult, layer  # noqa: E402
+from .primitives.update import UpdateRequest, UpdateResult, update  # noqa: E402
+from .whatif.prediction import CommSource, Evaluation, PredictRequest, evaluate  # noqa: E402
+from .whatif.scaling import PredictResult, predict  # noqa: E402
 
 __all__ = [
     # measurements: one function per CLI command

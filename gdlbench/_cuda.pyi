@@ -199,7 +199,7 @@ def set_device(index: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
 def set_ranks_per_node(ranks_per_node: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
-    This module's copy of the node grouping (gdlbench.env.set_ranks_per_node sets both).
+    This module's copy of the node grouping (gdlbench.common.env.set_ranks_per_node sets both).
     """
 def sgd_update_host(w: numpy.ndarray, g: numpy.ndarray, v: numpy.ndarray, lr: typing.SupportsFloat | typing.SupportsIndex, momentum: typing.SupportsFloat | typing.SupportsIndex, wd: typing.SupportsFloat | typing.SupportsIndex) -> None:
     """

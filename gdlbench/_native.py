@@ -41,7 +41,7 @@ if "mpi4py.MPI" not in sys.modules:
 from mpi4py import MPI  # noqa: E402  -- loads libmpi first, so _core binds to the same library
 
 from . import _core  # noqa: E402
-from .errors import UsageError  # noqa: E402
+from .common.errors import UsageError  # noqa: E402
 
 CUDA_IMPORT_ERROR: str | None = None
 _cuda: ModuleType | None

@@ -11,8 +11,8 @@ out=$(realpath -m "${2:-$root/build/apidoc}")
 cd "$(mktemp -d)"   # document the installed package (with its native modules), not the checkout
 # pdoc cannot tell where a TypedDict subclass's inherited keys come from (TypedDict merges them into
 # the subclass's own annotations) and warns; it documents them on the subclass, which is right.
-"$python" -W error -W "ignore:Cannot determine where:UserWarning" -m pdoc --docformat markdown -o "$out" gdlbench gdlbench.compare gdlbench.measurement \
-  gdlbench.collectives gdlbench.model gdlbench.network gdlbench.strategies gdlbench.iteration gdlbench.scaling \
-  gdlbench.report gdlbench.units gdlbench.errors '!gdlbench.commands'
+"$python" -W error -W "ignore:Cannot determine where:UserWarning" -m pdoc --docformat markdown -o "$out" gdlbench gdlbench.common.compare gdlbench.common.measurement \
+  gdlbench.primitives.collectives gdlbench.model.phases gdlbench.nets.network gdlbench.model.strategies gdlbench.composed.iteration gdlbench.whatif.scaling \
+  gdlbench.common.output gdlbench.common.units gdlbench.common.errors '!gdlbench.cli.commands'
 test -s "$out/gdlbench.html"
 echo "API reference: $out/index.html"

@@ -78,7 +78,7 @@ def check_fit(f: dict, max_median_error: float = 1.0) -> None:
     recomputed, and that median under max_median_error."""
     import statistics
 
-    from gdlbench import costmodel
+    from gdlbench.primitives import costmodel
 
     assert f["alpha_us"] >= 0 and f["beta_us_per_byte"] > 0, f
     assert math.isclose(f["link_gbs"], 1e-3 / f["beta_us_per_byte"], rel_tol=1e-12)

@@ -17,7 +17,7 @@ from rich.console import Console
 
 import gdlbench
 from gdlbench.cli import COMMANDS
-from gdlbench.report import Column, print_table
+from gdlbench.common.output import Column, print_table
 
 # CLI command -> the public function (or class) that measures what it measures
 API_OF_COMMAND = {
@@ -41,7 +41,7 @@ def test_all_names_a_function_for_every_command_and_nothing_private():
     assert "annotations" not in dir(gdlbench)  # no leaked `from __future__ import annotations`
 
 
-@pytest.mark.parametrize("module", ["gdlbench", "gdlbench.measurement", "gdlbench.compare", "gdlbench.scaling"])
+@pytest.mark.parametrize("module", ["gdlbench", "gdlbench.common.measurement", "gdlbench.common.compare", "gdlbench.whatif.scaling"])
 def test_docstring_examples_run(module):
     mod = sys.modules[module] if module in sys.modules else __import__(module, fromlist=["_"])
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)

@@ -1,4 +1,6 @@
-"""The package's layers: the library never imports its CLI (gdlbench/commands/ and gdlbench/cli.py)."""
+"""The package's layers (docs/architecture.md): each sub-package imports only from its own layer
+and the ones below it, never from one above; the CLI (gdlbench/cli/) is the top, so no library
+module imports it."""
 
 from __future__ import annotations
 
@@ -8,9 +10,12 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gdlbench"  # the source tree, not the installed copy
-CLI = ("gdlbench.cli", "gdlbench.commands")
-# The CLI itself, and `python -m gdlbench`, which is the CLI's entry point.
-CLI_FILES = {"cli.py", "__main__.py"}
+# Bottom to top. The top-level private modules (_native loads the native modules, _fault, _checkout)
+# and the root package's own names (__version__, _core, _cuda) sit with `common`; the root
+# __init__.py (the public API, re-exporting every layer) and __main__.py (the CLI's entry) are outside.
+LAYERS = ["common", "nets", "primitives", "model", "composed", "whatif", "study", "cli"]
+BOTTOM = {"", "_native", "_fault", "_checkout", "_core", "_cuda", "__version__"}
+OUTSIDE = {"__init__.py", "__main__.py"}
 
 
 def _module_name(path: Path) -> str:
@@ -19,7 +24,7 @@ def _module_name(path: Path) -> str:
 
 
 def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> list[str]:
-    """The modules an ImportFrom names, made absolute (`from . import cli` names gdlbench.cli)."""
+    """The modules an ImportFrom names, made absolute (`from .. import cli` names gdlbench.cli)."""
     if node.level:
         base = module.split(".")
         base = base[: len(base) - node.level + (1 if is_package else 0)]
@@ -41,10 +46,21 @@ def _string_arg(call: ast.Call) -> str:
     return ""
 
 
+def _resolve(name: str, package: str) -> str:
+    """importlib's name resolution: '..x' from package a.b.c is a.b.x."""
+    level = len(name) - len(name.lstrip("."))
+    if not level:
+        return name
+    base = package.split(".")[: len(package.split(".")) - level + 1]
+    return ".".join(base + ([name[level:]] if name[level:] else []))
+
+
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every import in a file: import, from-import (relative made absolute),
-    and importlib.import_module / __import__ calls with a literal or f-string name."""
+    and importlib.import_module / __import__ calls with a literal or f-string name (relative to
+    the file's package)."""
     module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -56,45 +72,63 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
             name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
             if name in ("import_module", "__import__"):
                 text = _string_arg(node)
-                out.append((node.lineno, "gdlbench" + text if text.startswith(".") else text))
+                out.append((node.lineno, _resolve(text, package)))
     return out
 
 
-def _library_files() -> list[Path]:
-    return [p for p in sorted(PACKAGE.rglob("*.py"))
-            if "commands" not in p.relative_to(PACKAGE).parts and p.relative_to(PACKAGE).as_posix() not in CLI_FILES]
+def layer_of(module: str) -> int | None:
+    """The layer index of a gdlbench module (None: not gdlbench's)."""
+    if module != "gdlbench" and not module.startswith("gdlbench."):
+        return None
+    head = module.split(".")[1] if "." in module else ""
+    return 0 if head in BOTTOM else LAYERS.index(head) if head in LAYERS else None
 
 
-def _is_cli(name: str) -> bool:
-    return any(name == c or name.startswith(c + ".") for c in CLI)
+def upward_imports(path: Path) -> list[str]:
+    """Each import of `path` that reaches a layer above its own."""
+    own = layer_of(_module_name(path))
+    assert own is not None, f"{path}: not in a layer: add it to LAYERS or BOTTOM"
+    return [f"{path.relative_to(PACKAGE.parent)}:{line}: imports {name} ({LAYERS[layer_of(name) or 0]})"
+            for line, name in imports_of(path) if (layer_of(name) or 0) > own]
 
 
-def test_the_walk_sees_every_kind_of_import(tmp_path):
-    """The checker itself: each way of importing the CLI is found."""
-    cases = {"a.py": "from .cli import main\n", "b.py": "from . import cli\n",
-             "c.py": "from .commands.predict import evaluate\n", "d.py": "import gdlbench.commands.gemm\n",
-             "e.py": "import importlib\nimportlib.import_module(f'.commands.{x}', __package__)\n",
-             "f.py": "def f():\n    from .commands import allreduce\n"}
+def test_the_walk_sees_every_kind_of_upward_import(tmp_path):
+    """The checker itself: each way of importing a higher layer is found, and downward or
+    same-layer imports are not."""
     global PACKAGE
     saved, PACKAGE = PACKAGE, tmp_path / "gdlbench"
+    cases = {"a.py": "from ..cli import main\n", "b.py": "from .. import cli\n",
+             "c.py": "from ..whatif.prediction import evaluate\n", "d.py": "import gdlbench.cli.commands.gemm\n",
+             "e.py": "import importlib\nimportlib.import_module(f'..study.{x}', __package__)\n",
+             "f.py": "def f():\n    from ..composed import iteration\n"}
     try:
-        PACKAGE.mkdir()
+        (PACKAGE / "model").mkdir(parents=True)
         for name, text in cases.items():
-            (PACKAGE / name).write_text(text)
-            assert any(_is_cli(m) for _, m in imports_of(PACKAGE / name)), name
-        (PACKAGE / "ok.py").write_text("from .commandsx import y\nfrom . import report\n")
-        assert not any(_is_cli(m) for _, m in imports_of(PACKAGE / "ok.py"))
+            (PACKAGE / "model" / name).write_text(text)
+            assert upward_imports(PACKAGE / "model" / name), name
+        (PACKAGE / "model" / "ok.py").write_text("from ..common.errors import UsageError\nfrom . import costmodel\n"
+                                                 "from .. import _core\nfrom ..primitives import gemm\n")
+        assert not upward_imports(PACKAGE / "model" / "ok.py")
     finally:
         PACKAGE = saved
 
 
-@pytest.mark.parametrize("path", _library_files(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
-def test_the_library_never_imports_the_cli(path):
-    """No module outside gdlbench/commands/ and gdlbench/cli.py imports from them (also inside
-    functions and under TYPE_CHECKING): the CLI parses, calls the library and prints."""
-    bad = [f"{path.relative_to(PACKAGE.parent)}:{line}: imports {name}"
-           for line, name in imports_of(path) if _is_cli(name)]
+def _layered_files() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if p.relative_to(PACKAGE).as_posix() not in OUTSIDE]
+
+
+@pytest.mark.parametrize("path", _layered_files(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_imports_only_run_downwards(path):
+    """No module imports a layer above its own (also inside functions and under TYPE_CHECKING):
+    the CLI parses, calls the library and prints; the study composes the layers below it."""
+    bad = upward_imports(path)
     assert not bad, "\n".join(bad)
+
+
+def test_every_top_level_module_is_in_a_layer():
+    """A new module goes into a layer's folder, not loose at the package's root."""
+    loose = [p.name for p in PACKAGE.glob("*.py") if p.name not in OUTSIDE and p.stem not in BOTTOM]
+    assert not loose, f"put these in a layer's folder: {loose}"
 
 
 # ---- function length -------------------------------------------------------------------------

@@ -235,7 +235,7 @@ def test_softmax_xent_position_label_out_of_range():
 # ---- through the executor's layer graph (cpu::Net) ---------------------------------------------
 
 def _net(layers, input_shape):
-    from gdlbench.network import Network
+    from gdlbench.nets.network import Network
 
     net = Network({"name": "t", "input": list(input_shape), "layers": layers})
     return net, _core.Net(net.layer_specs(), 2)

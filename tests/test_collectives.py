@@ -28,10 +28,10 @@ from helpers import (
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import gdlbench.collectives as C
-from gdlbench import costmodel
-from gdlbench.commands.allreduce import sweep_sizes
-from gdlbench.errors import UsageError
+import gdlbench.primitives.collectives as C
+from gdlbench.cli.commands.allreduce import sweep_sizes
+from gdlbench.common.errors import UsageError
+from gdlbench.primitives import costmodel
 
 pytestmark = pytest.mark.mpi
 
@@ -191,7 +191,7 @@ def test_fit_rejects_bad_input():
 API_CODE = textwrap.dedent("""
     import numpy as np
     from mpi4py import MPI
-    import gdlbench.collectives as C
+    import gdlbench.primitives.collectives as C
     comm = MPI.COMM_WORLD
     rng = np.random.default_rng(comm.rank)
     for algo in C.ALGOS:
@@ -227,7 +227,7 @@ def test_python_api(nranks):
 # alone would not wait for it).
 TOGETHER_CODE = textwrap.dedent("""
     import time
-    from gdlbench import collectives as C
+    from gdlbench.primitives import collectives as C
     from gdlbench._native import MPI
     world = MPI.COMM_WORLD
     sub = world.Split(0 if world.rank < 2 else MPI.UNDEFINED, world.rank)
@@ -431,7 +431,7 @@ def test_fit_min_bytes_leaves_out_small_sizes():
 def test_wrong_elements_fail_the_run(monkeypatch, capsys, tmp_path):
     """A row with wrong elements: the table says FAILED, the JSON is still written, exit 1."""
     from gdlbench import cli
-    from gdlbench.commands import allreduce as cmd
+    from gdlbench.cli.commands import allreduce as cmd
 
     real = C.run_one
 
@@ -450,8 +450,8 @@ def test_wrong_elements_fail_the_run(monkeypatch, capsys, tmp_path):
 
 
 def test_piecewise_fit_recovers_each_regime_and_the_model_reads_it():
-    from gdlbench.collectives import fit_alpha_beta
-    from gdlbench.model import CommModel
+    from gdlbench.model.phases import CommModel
+    from gdlbench.primitives.collectives import fit_alpha_beta
 
     sizes = [2**i for i in range(3, 27)]
     # latency-bound, in-cache (fast link) and memory-bound (slow link) regimes, ring formula at N=2
@@ -477,7 +477,7 @@ def test_algorithms_a_backend_lacks_are_waived(monkeypatch, capsys, tmp_path):
     """--algo all on NCCL: the library rows run, the other algorithms are listed as waived rows with
     the reason and no time. (No GPU here: the NCCL rows are run on MPI; the plan is what is tested.)"""
     from gdlbench import cli
-    from gdlbench.commands import allreduce as cmd
+    from gdlbench.cli.commands import allreduce as cmd
 
     real = C.run_one
     monkeypatch.setattr(cmd.C, "resolve_backend", lambda backend, device: ("nccl", "test"))

@@ -13,8 +13,9 @@ import pytest
 from helpers import requires_gpu, run_cli
 
 import gdlbench
-from gdlbench import _core, conv_layers
-from gdlbench.conv import (
+from gdlbench import _core
+from gdlbench.primitives import conv_layers
+from gdlbench.primitives.conv import (
     TOLERANCE,
     ConvShape,
     check_cpu,
@@ -204,7 +205,7 @@ def test_cli_conv_layer_and_net(tmp_path):
     p = run_cli("conv", "--net", "alexnet", "--list")
     assert p.returncode == 0 and "alexnet/conv5" in p.stdout and "resnet50" not in p.stdout, p.stdout
     assert p.stdout.startswith("alexnet: 5 distinct shapes, 5 convolutions")
-    from gdlbench import conv_layers
+    from gdlbench.primitives import conv_layers
 
     names = [line.split()[0] for line in p.stdout.splitlines() if line.startswith("  ")]
     assert names == [lay.name for lay in conv_layers.of_net("alexnet")]  # only the network asked for
@@ -277,7 +278,7 @@ GPU_SHAPES = [
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["float32", "tf32", "float16", "bfloat16"])
 def test_cuda_conv_matches_reference_and_cpu(dtype, layout):
-    from gdlbench.conv import check_cuda
+    from gdlbench.primitives.conv import check_cuda
     for sh in GPU_SHAPES:
         chk = check_cuda(sh, dtype, layout)
         assert chk["passed"], (dtype, layout, sh, chk)
@@ -285,7 +286,7 @@ def test_cuda_conv_matches_reference_and_cpu(dtype, layout):
 
 @requires_gpu
 def test_cuda_conv_agrees_with_cpu_backend():
-    from gdlbench.conv import run_cuda
+    from gdlbench.primitives.conv import run_cuda
     for sh in GPU_SHAPES:
         inputs = check_inputs(sh)
         cpu = run_cpu(sh, inputs)
@@ -377,7 +378,7 @@ class _FakeCuda:
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_gpu_host_side_with_a_stand_in(monkeypatch, dtype, layout):
-    conv_mod = sys.modules["gdlbench.conv"]  # the attribute gdlbench.conv is the function
+    conv_mod = sys.modules["gdlbench.primitives.conv"]  # the attribute gdlbench.conv is the function
     monkeypatch.setattr(conv_mod, "require_cuda", lambda: _FakeCuda())
     monkeypatch.setattr(conv_mod.env, "resolve_device", lambda d: ("cuda", "stand-in"))
     sh = ConvShape(2, 4, 6, 5, 6, 3, 2, (2, 1), (1, 1), (1, 1), 2, True)
@@ -407,7 +408,7 @@ def test_gpu_host_side_a_missing_bias_gradient_fails_the_check(monkeypatch):
             raw.pop("db", None)
             return raw
 
-    conv_mod = sys.modules["gdlbench.conv"]
+    conv_mod = sys.modules["gdlbench.primitives.conv"]
     monkeypatch.setattr(conv_mod, "require_cuda", lambda: NoBiasGradient())
     without = ConvShape(2, 4, 6, 5, 6, 3, 2, (1, 1), (1, 1), (1, 1), 1, False)
     assert conv_mod.run_cuda(without, "float32", "nchw")["db"] is None

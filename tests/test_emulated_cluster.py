@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import GDLBENCH_CMD, MPIEXEC, NEUTRAL_CWD, mpi_env
 
-from gdlbench import collectives as C
+from gdlbench.primitives import collectives as C
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "emulated-cluster.sh"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import NEUTRAL_CWD, check_fit, mpi_env, run_mpi
 
-from gdlbench import costmodel
+from gdlbench.primitives import costmodel
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -15,8 +15,8 @@ from helpers import run_cli, run_mpi
 
 import gdlbench
 from gdlbench import _core
-from gdlbench import collectives as C
-from gdlbench.compress import check_topk, kept_count, topk_wrong
+from gdlbench.primitives import collectives as C
+from gdlbench.primitives.compress import check_topk, kept_count, topk_wrong
 
 K = 3
 
@@ -33,7 +33,7 @@ COLLECTIVE_FAULT_CODE = textwrap.dedent("""
     import json
     from mpi4py import MPI
     import gdlbench
-    from gdlbench import collectives as C
+    from gdlbench.primitives import collectives as C
     comm = MPI.COMM_WORLD
     out = {}
     for dtype in C.DTYPES:
@@ -157,7 +157,7 @@ def test_compress_cli_exits_1_when_the_encode_is_wrong(tmp_path):
 # ---- the checks' arithmetic, exactly (survivors of scripts/mutate.py) ---------------------------
 
 def test_conv_check_error_is_relative_to_the_convolution_of_the_magnitudes():
-    from gdlbench.conv import TOLERANCE, ConvShape, check_inputs, compare, expected
+    from gdlbench.primitives.conv import TOLERANCE, ConvShape, check_inputs, compare, expected
 
     sh = ConvShape(2, 3, 6, 6, 4, 3, 3, (1, 1), (1, 1), bias=True)
     inputs = check_inputs(sh)
@@ -176,7 +176,7 @@ def test_conv_check_error_is_relative_to_the_convolution_of_the_magnitudes():
 
 
 def test_gemm_check_error_is_relative_to_the_product_of_the_magnitudes():
-    from gdlbench.gemm import TOLERANCE, check_rows, compare
+    from gdlbench.primitives.gemm import TOLERANCE, check_rows, compare
 
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((9, 5)), rng.standard_normal((5, 7))
@@ -193,7 +193,7 @@ def test_gemm_check_error_is_relative_to_the_product_of_the_magnitudes():
 
 
 def test_contention_is_priced_from_five_percent_of_backward_beside_messages():
-    from gdlbench.iteration import NO_PROGRESS_SLOWDOWN, contention
+    from gdlbench.composed.iteration import NO_PROGRESS_SLOWDOWN, contention
 
     def one(ready):  # one 10 us message posted at `ready`, ending 10 us after a 100 us backward
         return contention({"backward_end_us": 100.0, "message_ready_us": [ready], "message_end_us": [110.0]},
@@ -215,7 +215,7 @@ def test_topk_kept_count_and_wrong_indices():
 
 
 def test_cost_model_tables_and_link_scaling():
-    from gdlbench import costmodel
+    from gdlbench.primitives import costmodel
 
     assert set(costmodel.ALLREDUCE_ALGOS) == set(C.ALGOS)  # every algorithm the tool runs has a formula
     assert costmodel.HIER_LEADER_BELOW_BYTES == 65536

@@ -11,7 +11,7 @@ import pytest
 from helpers import gpu_module, requires_gpu, run_cli
 
 import gdlbench
-from gdlbench.gemm import TOLERANCE, compare
+from gdlbench.primitives.gemm import TOLERANCE, compare
 
 SHAPES = [(64, 64, 64), (100, 37, 513), (7, 1, 9), (1, 130, 3), (257, 255, 129), (1000, 999, 1001)]
 

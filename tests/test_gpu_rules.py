@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import HAVE_GPU, NEUTRAL_CWD, gpu_module, requires_gpu, run_mpi
 
-from gdlbench.env import assign_gpus, device_rule
-from gdlbench.errors import UsageError
-from gdlbench.gemm import producer_stream
+from gdlbench.common.env import assign_gpus, device_rule
+from gdlbench.common.errors import UsageError
+from gdlbench.primitives.gemm import producer_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,8 +79,8 @@ def test_device_rule_says_why_auto_stays_on_the_cpu():
 FAKE_GPU_CODE = """
 import sys
 from mpi4py import MPI
-from gdlbench import env
-from gdlbench.errors import UsageError
+from gdlbench.common import env
+from gdlbench.common.errors import UsageError
 rank = MPI.COMM_WORLD.rank
 chosen = []
 class FakeCuda:
@@ -150,8 +150,8 @@ def test_gpu_tests_fail_rather_than_skip_when_a_gpu_is_expected():
 
 @requires_gpu
 def test_the_ranks_gpu_is_made_current_and_kept():
-    from gdlbench import env
     from gdlbench._native import _cuda
+    from gdlbench.common import env
     assert env.resolve_device("cuda")[0] == "cuda"
     assert _cuda.current_device() == 0  # one rank: local rank 0
     _cuda.DeviceBuffer(16)  # work began on it

@@ -16,7 +16,7 @@ import pytest
 from helpers import run_cli
 
 from gdlbench.cli import main
-from gdlbench.model import Phases
+from gdlbench.model.phases import Phases
 
 HUGE = ["1000000000000", "9223372036854775808", "1" + "0" * 60]
 NOT_A_NUMBER = ["nan", "inf", "-inf", "", " ", "1e400", "①", "x", "٣٣٣٣٣٣٣٣٣٣٣٣٣٣"]

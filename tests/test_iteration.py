@@ -14,10 +14,10 @@ import pytest
 from helpers import requires_gpu, run_cli, run_mpi
 
 from gdlbench import _core
-from gdlbench.iteration import NO_PROGRESS_SLOWDOWN, Iteration, plan_messages
-from gdlbench.model import Phases
-from gdlbench.network import load_network
-from gdlbench.strategies import get_strategies
+from gdlbench.composed.iteration import NO_PROGRESS_SLOWDOWN, Iteration, plan_messages
+from gdlbench.model.phases import Phases
+from gdlbench.model.strategies import get_strategies
+from gdlbench.nets.network import load_network
 
 MLP = str(Path(__file__).parent / "data" / "mlp.json")
 
@@ -102,9 +102,9 @@ GRADIENT_CHECK_CODE = f"""
 import json, os, sys
 import numpy as np, gdlbench
 from gdlbench import _core
-from gdlbench.iteration import plan_messages
-from gdlbench.network import load_network
-from gdlbench.strategies import get_strategies
+from gdlbench.composed.iteration import plan_messages
+from gdlbench.nets.network import load_network
+from gdlbench.model.strategies import get_strategies
 from mpi4py import MPI
 net = load_network({MLP!r})
 ref = _core.Net(net.layer_specs(), 4)  # one iteration alone: the same batch (labels advance per iteration)
@@ -372,9 +372,9 @@ HANG_CODE = f"""
 import os, signal, sys, threading
 from mpi4py import MPI
 from gdlbench import _core
-from gdlbench.iteration import plan_messages
-from gdlbench.network import load_network
-from gdlbench.strategies import get_strategies
+from gdlbench.composed.iteration import plan_messages
+from gdlbench.nets.network import load_network
+from gdlbench.model.strategies import get_strategies
 net = load_network({MLP!r})
 exe = _core.Net(net.layer_specs(), 2)
 plan = plan_messages(net, get_strategies("wfbp")[0], exe.layer_param_offset)
@@ -430,7 +430,7 @@ def test_a_hung_peer_ends_the_cuda_executors_loops(loop):
 def test_a_phase_difference_is_in_percent_unless_the_phase_is_small():
     """The 'alone vs inside' table: a phase under 1 % of the iteration gets its difference in ms
     (a 10 us 1-rank all-reduce that waits 0.7 ms for its thread printed "+6900.0 %")."""
-    from gdlbench.commands.iteration import phase_difference
+    from gdlbench.cli.commands.iteration import phase_difference
 
     assert phase_difference({"alone_us": 300e3, "inside_us": 306e3, "diff_pct": 2.0}, 1e6) == "+2.0 %"
     assert phase_difference({"alone_us": 10.0, "inside_us": 700.0, "diff_pct": 6900.0}, 1e6) == "+0.69 ms"

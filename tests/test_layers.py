@@ -273,10 +273,10 @@ def test_cuda_layer_timing_runs(type_):
         assert len(lb.time(p, 1, 2)) == 2
 
 
-# ---- gdlbench layer and gdlbench.layers -----------------------------------------------------------
+# ---- gdlbench layer and gdlbench.primitives.layers -----------------------------------------------------------
 
 def test_builtin_layers_build_and_time():
-    from gdlbench.layers import BUILTIN, LAYER_TYPES, time_layer
+    from gdlbench.primitives.layers import BUILTIN, LAYER_TYPES, time_layer
 
     assert set(LAYER_TYPES) <= set(_core.layer_types())
     for name, sp in BUILTIN.items():

@@ -1,4 +1,4 @@
-"""The memory model (gdlbench.memory): the ZeRO paper's worked example, activations per layer
+"""The memory model (gdlbench.model.memory): the ZeRO paper's worked example, activations per layer
 against Korthikanti et al.'s formula, checkpointing, buffers, and predict --memory-limit."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 from helpers import run_cli
 
-from gdlbench.errors import UsageError
-from gdlbench.memory import (
+from gdlbench.common.errors import UsageError
+from gdlbench.model.memory import (
     activation_bytes,
     activations,
     backward_peak,
@@ -18,9 +18,9 @@ from gdlbench.memory import (
     memory_per_worker,
     model_states,
 )
-from gdlbench.model import shard_units
-from gdlbench.network import load_network
-from gdlbench.strategies import SHARDED, get_strategies
+from gdlbench.model.phases import shard_units
+from gdlbench.model.strategies import SHARDED, get_strategies
+from gdlbench.nets.network import load_network
 
 
 @pytest.mark.parametrize("stage, gb", [(0, 120.0), (1, 31.40625), (2, 16.640625), (3, 1.875)])

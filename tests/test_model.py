@@ -10,11 +10,9 @@ from dataclasses import replace
 import pytest
 from helpers import run_cli
 
-from gdlbench import costmodel
 from gdlbench.cli import main
-from gdlbench.costmodel import time_us as comm_time_us
-from gdlbench.errors import UsageError
-from gdlbench.model import (
+from gdlbench.common.errors import UsageError
+from gdlbench.model.phases import (
     CommModel,
     Phases,
     load_comm_model,
@@ -23,8 +21,10 @@ from gdlbench.model import (
     predict_scaling,
     schedule_shared,
 )
-from gdlbench.network import load_network
-from gdlbench.strategies import PRESETS, Strategy, get_strategies
+from gdlbench.model.strategies import PRESETS, Strategy, get_strategies
+from gdlbench.nets.network import load_network
+from gdlbench.primitives import costmodel
+from gdlbench.primitives.costmodel import time_us as comm_time_us
 
 # Three fc layers without bias: gradients of 64, 64 and 32 bytes (fp32).
 NET3 = {"name": "three", "input": [4, 1, 1], "layers": [
@@ -159,7 +159,7 @@ def test_memory_bound_layers_take_the_memory_slowdown():
 
 
 def test_measured_contention_prices_the_overlap():
-    from gdlbench.iteration import NO_PROGRESS_SLOWDOWN, contention
+    from gdlbench.composed.iteration import NO_PROGRESS_SLOWDOWN, contention
 
     # backward alone 100; messages alone 60 (two of 30); side by side backward took 150 and the
     # messages ended at 90 (before backward): backward did 100 - 60 = 40 of its work in 90 us
@@ -229,7 +229,7 @@ def test_measured_contention_prices_the_overlap():
 
 
 def test_the_contention_pair_comes_from_one_round():
-    from gdlbench.iteration import median_round_pair
+    from gdlbench.composed.iteration import median_round_pair
 
     # per round, per rank: (backward's, the messages' slowdown); priced here as their product
     rounds = [[(1.2, 4.0), (1.5, 1.0)], [(1.1, 1.1), (1.0, 1.0)], [(2.0, 1.0), (1.9, 1.0)]]
@@ -240,7 +240,7 @@ def test_the_contention_pair_comes_from_one_round():
 
 
 def test_read_beside_compute_is_measured_and_priced():
-    from gdlbench.iteration import read_beside
+    from gdlbench.composed.iteration import read_beside
 
     # alone: h2d 0-1, forward 1-11 (10), zero 11-12, backward 12-32 (20), update 32-35
     alone = {"io_wait_end_us": 0.0, "h2d_end_us": 1.0, "layer_forward_end_us": [11.0], "zero_end_us": 12.0,
@@ -412,7 +412,7 @@ def test_comm_model_with_the_sharded_collectives_fits_round_trips_through_json(t
     own = loaded.fit_for("reduce_scatter")
     assert own is not None and (own.alpha_us, own.gamma_us_per_byte, own.source) == (4.0, 1e-4, str(files["rs"]))
     assert loaded.fit_for("allgather").beta_us_per_byte == 2e-4
-    from gdlbench.scaling import comm_model_from
+    from gdlbench.whatif.scaling import comm_model_from
     assert comm_model_from(from_file=f"{files['ar']},{files['ag']}", algo="library").fit_for("allgather") is not None
     with pytest.raises(UsageError, match="no all-reduce fit"):
         load_comm_model([files["rs"], files["ag"]])
@@ -592,7 +592,7 @@ def test_synthetic_phases_are_plausible():
 
 
 def test_measured_message_times_replace_the_comm_model():
-    from gdlbench.model import plan_messages
+    from gdlbench.model.phases import plan_messages
 
     s = strat(overlap="wfbp", bucket_bytes=96)
     plan = plan_messages(NET3, s)
@@ -612,7 +612,7 @@ def test_measured_message_times_replace_the_comm_model():
 
 def test_plot_functions_take_measured_data(tmp_path):
     pytest.importorskip("matplotlib")
-    from gdlbench import plots
+    from gdlbench.study import plots
 
     spans = [{"lane": "forward", "name": "f", "start_us": 0, "end_us": 10},
              {"lane": "backward", "name": "b", "start_us": 10, "end_us": 30},
@@ -711,9 +711,9 @@ def test_overlap_efficiency_zero_hides_nothing():
     the same cores: WFBP pays backward plus every message, prefetch pays the whole read."""
     from dataclasses import replace
 
-    from gdlbench.model import CommModel, Phases, predict_iteration
-    from gdlbench.network import load_network
-    from gdlbench.strategies import get_strategies
+    from gdlbench.model.phases import CommModel, Phases, predict_iteration
+    from gdlbench.model.strategies import get_strategies
+    from gdlbench.nets.network import load_network
 
     net = load_network("alexnet")
     base = Phases.synthetic(net, 8, gflops=100.0)
@@ -735,8 +735,8 @@ def test_predict_with_more_servers_than_one_worker_prices_the_single_worker_too(
     """--servers P with a ps strategy: the speedup's t_iter(1) has one worker, so one server (the
     iteration_model benchmark's 2-rank predict stopped with 'servers must be between 1 and ...')."""
     from gdlbench import cli
-    from gdlbench.commands.predict import request_from_args
-    from gdlbench.prediction import evaluate
+    from gdlbench.cli.commands.predict import request_from_args
+    from gdlbench.whatif.prediction import evaluate
 
     rows = evaluate(request_from_args(cli.build_parser().parse_args(
         ["predict", "--net", "alexnet", "--strategy", "ps,mxnet", "--alpha", "5", "--bandwidth", "10",
@@ -752,9 +752,9 @@ def test_exposed_communication_as_a_trace_shows_it_is_never_more_than_the_messag
     what a trace shows) cannot. backward_beside_us + comm_wait_us = backward_us + comm_exposed_us."""
     from dataclasses import replace
 
-    from gdlbench.model import CommModel, Phases, predict_iteration
-    from gdlbench.network import load_network
-    from gdlbench.strategies import get_strategies
+    from gdlbench.model.phases import CommModel, Phases, predict_iteration
+    from gdlbench.model.strategies import get_strategies
+    from gdlbench.nets.network import load_network
 
     net = load_network("alexnet")
     slowed = replace(Phases.synthetic(net, 8, gflops=100.0), compute_slowdown=3.0, comm_slowdown=1000.0)
@@ -775,7 +775,7 @@ def test_a_prefetched_reads_cost_beside_compute_shows_as_compute_in_the_traced_b
     """The model's exposed read = what it costs the compute beside it (read_beside_us) + the wait for
     a read that outlasts compute; a trace shows the first as slower forward, the second as the wait:
     breakdown_of splits it so (the study's I/O component against the measured one)."""
-    from gdlbench.study import breakdown_of
+    from gdlbench.study.run import breakdown_of
 
     phases = replace(Phases.synthetic("resnet50", 8), io_us=t_io, read_beside_us=3_000.0)
     pred = predict_iteration("resnet50", phases, RING, get_strategies("wfbp")[0], 2)
@@ -807,7 +807,7 @@ def test_a_prefetched_reads_cost_beside_compute_shows_as_compute_in_the_traced_b
 def test_contention_belongs_to_the_link_it_was_measured_on():
     """Measured slowdowns price messages over their own link; over another link (a cluster's
     inter-node level, a formula) the default for an unmeasured link, 2 - overlap_efficiency."""
-    from gdlbench.cluster import Cluster, Link
+    from gdlbench.model.cluster import Cluster, Link
 
     shm = "intra-node link of cpu X"
     ph = replace(PH3, compute_slowdown=2.0, comm_slowdown=2.0, contention_link=shm)
@@ -847,7 +847,7 @@ def test_contention_belongs_to_the_link_it_was_measured_on():
 
 
 def test_a_reports_link_comes_from_its_env():
-    from gdlbench.model import measured_link
+    from gdlbench.model.phases import measured_link
 
     env = {"cpu": "cpu X", "topology": {"nodes": 1, "ranks_per_node": 2}}
     assert measured_link({"env": env}) == "intra-node link of cpu X"

@@ -71,7 +71,8 @@ EMBED = textwrap.dedent("""
         mpi4py.rc.thread_level = sys.argv[1]
     from mpi4py import MPI
     import gdlbench
-    from gdlbench import collectives, env
+    from gdlbench.primitives import collectives
+    from gdlbench.common import env
     from gdlbench._native import init_mpi
     rows = collectives.allreduce([8, 4096], iters=3, warmup=1, inplace=True)
     assert all(r.wrong == 0 for r in rows)
@@ -157,7 +158,7 @@ def test_checkout_without_an_installed_copy_says_what_to_do(tmp_path):
     assert os.path.exists(fake / "gdlbench" / "__init__.py")
 
 
-# How MPI waits: MPICH yields where the node's ranks' threads outnumber its cores (gdlbench.env).
+# How MPI waits: MPICH yields where the node's ranks' threads outnumber its cores (gdlbench.common.env).
 def _iteration_env(tmp_path, threads: int, extra_env: dict | None = None) -> tuple[dict, str]:
     out = tmp_path / "it.json"
     cmd = [str(MPIEXEC), "-n", "2", *GDLBENCH_CMD, "iteration", "--net", str(CHECKOUT / "tests/data/convnet.json"),

@@ -12,10 +12,11 @@ import sys
 import pytest
 from helpers import GDLBENCH_CMD, NEUTRAL_CWD, check_fit, mpi_env, requires_gpu, run_cli, run_mpi
 
-from gdlbench import cluster, costmodel
-from gdlbench import collectives as C
-from gdlbench.errors import UsageError
-from gdlbench.network import load_network
+from gdlbench.common.errors import UsageError
+from gdlbench.model import cluster
+from gdlbench.nets.network import load_network
+from gdlbench.primitives import collectives as C
+from gdlbench.primitives import costmodel
 
 
 def _doc(path) -> dict:
@@ -229,7 +230,7 @@ def test_ranks_per_node_bad_input():
 
 
 def _phases_file(tmp_path):
-    from gdlbench.model import Phases
+    from gdlbench.model.phases import Phases
 
     f = tmp_path / "ph.json"
     f.write_text(json.dumps(Phases.synthetic("alexnet", batch=32).to_report()))

@@ -10,8 +10,8 @@ import pytest
 from helpers import run_cli
 
 from gdlbench.cli import main
-from gdlbench.errors import UsageError
-from gdlbench.network import _pool_out, builtin_nets, load_network
+from gdlbench.common.errors import UsageError
+from gdlbench.nets.network import _pool_out, builtin_nets, load_network
 
 PARAMS = {
     "alexnet": 60_965_224, "googlenet": 6_998_552, "googlenet-aux": 13_378_280, "resnet50": 25_557_032,
@@ -248,7 +248,7 @@ def test_fuzzed_specs_fail_only_with_usage_errors():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from gdlbench.network import LAYER_TYPES
+    from gdlbench.nets.network import LAYER_TYPES
 
     values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=True),
                        st.text(max_size=3), st.lists(st.integers(-2, 9), max_size=3), st.dictionaries(

@@ -1,4 +1,4 @@
-"""gdlbench.prediction: a PredictRequest goes through to_argv() and the CLI's parser to an equal
+"""gdlbench.whatif.prediction: a PredictRequest goes through to_argv() and the CLI's parser to an equal
 request, its printed command gives the same number through the CLI, the what-ifs the study builds
 with dataclasses.replace price as their commands do, and a bad field is a clear ValueError (one
 line and exit 2 from the CLI)."""
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from gdlbench.prediction import CommSource, PredictRequest, evaluate
+from gdlbench.whatif.prediction import CommSource, PredictRequest, evaluate
 
 MLP = str(Path(__file__).parent / "data" / "mlp.json")
 
 
 def _from_cli(argv: list[str]) -> PredictRequest:
     from gdlbench import cli
-    from gdlbench.commands.predict import request_from_args
+    from gdlbench.cli.commands.predict import request_from_args
 
     return request_from_args(cli.build_parser().parse_args(["predict", *argv]))
 
@@ -28,7 +28,7 @@ def _from_cli(argv: list[str]) -> PredictRequest:
 @pytest.fixture()
 def phases_file(tmp_path) -> str:
     """MLP phases with contention measured per strategy (so a fused strategy's name matters)."""
-    from gdlbench.model import Phases
+    from gdlbench.model.phases import Phases
 
     p = Phases.synthetic(MLP, 8, gflops=50)
     p.io_threads, p.io_us = 2, 300.0
@@ -64,7 +64,7 @@ def test_a_request_round_trips_through_its_command_line(name):
 
 
 def test_fused_strategy_is_a_field_of_its_own():
-    from gdlbench.strategies import PRESETS
+    from gdlbench.model.strategies import PRESETS
 
     s = PredictRequest(net="alexnet", strategy="cntk", fuse_bytes=16 * 2**20).strategies[0]
     assert (s.name, s.bucket_bytes, s.overlap) == ("cntk-bucket-16MiB", 16 * 2**20, PRESETS["cntk"].overlap)
@@ -135,7 +135,7 @@ def test_each_row_names_the_contention_that_priced_it(tmp_path):
     phases' own fit, a fit of the same node); over another (a cluster's inter-node level, a
     --bandwidth formula, a fit measured elsewhere) the unmeasured default, or the contention that
     fit measured on its own link."""
-    from gdlbench.model import Phases
+    from gdlbench.model.phases import Phases
 
     env1 = {"cpu": "cpu X", "topology": {"nodes": 1, "ranks_per_node": 2}}
     fit = {"algo": "library", "alpha_us": 20.0, "beta_us_per_byte": 1e-3}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gdlbench
-from gdlbench import costmodel
+from gdlbench.primitives import costmodel
 
 TESTS = {}
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from helpers import mpi_env, run_cli
 
-from gdlbench.model import make_buckets, plan_messages
-from gdlbench.network import load_network
-from gdlbench.strategies import PRESETS, get_strategies
-from gdlbench.torch_trace import import_trace
+from gdlbench.model.phases import make_buckets, plan_messages
+from gdlbench.model.strategies import PRESETS, get_strategies
+from gdlbench.model.torch_trace import import_trace
+from gdlbench.nets.network import load_network
 
 JOB = Path(__file__).parent / "torchjobs" / "mlp_ddp.py"
 
@@ -161,7 +161,7 @@ def _trace(tmp_path: Path, events: object, name: str = "t.json") -> str:
 
 
 def test_memory_share_splits_backward_by_operator_kind() -> None:
-    from gdlbench.torch_trace import _memory_share
+    from gdlbench.model.torch_trace import _memory_share
 
     def span(name: str, ts: float, dur: float, tid: int = 1) -> dict[str, object]:
         return {"name": name, "ts": ts, "dur": dur, "tid": tid}
@@ -251,7 +251,7 @@ def test_comm_wait_is_the_idle_time_after_backward() -> None:
     """comm_wait_us leaves out backward's own slowdown beside the messages; comm_exposed_us holds it."""
     from dataclasses import replace
 
-    from gdlbench.model import CommModel, Phases, predict_iteration
+    from gdlbench.model.phases import CommModel, Phases, predict_iteration
 
     net = load_network("alexnet")
     phases = Phases.synthetic(net, 8)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.mpi
 REFERENCE_CODE = textwrap.dedent("""
     import numpy as np
     from mpi4py import MPI
-    import gdlbench.collectives as C
+    import gdlbench.primitives.collectives as C
     from gdlbench import _core
     comm = MPI.COMM_WORLD
     n, rank = comm.size, comm.rank

@@ -13,23 +13,23 @@ import pytest
 
 import gdlbench
 from gdlbench import cli
-from gdlbench.commands import compress as compress_cmd
-from gdlbench.commands import conv as conv_cmd
-from gdlbench.commands import copy as copy_cmd
-from gdlbench.commands import gemm as gemm_cmd
-from gdlbench.commands import io as io_cmd
-from gdlbench.commands import iteration as iteration_cmd
-from gdlbench.commands import layer as layer_cmd
-from gdlbench.commands import update as update_cmd
-from gdlbench.compress import CompressRequest
-from gdlbench.conv import ConvRequest, ConvShape
-from gdlbench.copy import CopyRequest
-from gdlbench.errors import UsageError
-from gdlbench.gemm import GemmRequest
-from gdlbench.io import IoRequest
-from gdlbench.iteration import Iteration, IterationRequest
-from gdlbench.layers import LayerRequest
-from gdlbench.update import UpdateRequest
+from gdlbench.cli.commands import compress as compress_cmd
+from gdlbench.cli.commands import conv as conv_cmd
+from gdlbench.cli.commands import copy as copy_cmd
+from gdlbench.cli.commands import gemm as gemm_cmd
+from gdlbench.cli.commands import io as io_cmd
+from gdlbench.cli.commands import iteration as iteration_cmd
+from gdlbench.cli.commands import layer as layer_cmd
+from gdlbench.cli.commands import update as update_cmd
+from gdlbench.common.errors import UsageError
+from gdlbench.composed.iteration import Iteration, IterationRequest
+from gdlbench.primitives.compress import CompressRequest
+from gdlbench.primitives.conv import ConvRequest, ConvShape
+from gdlbench.primitives.copy import CopyRequest
+from gdlbench.primitives.gemm import GemmRequest
+from gdlbench.primitives.io import IoRequest
+from gdlbench.primitives.layers import LayerRequest
+from gdlbench.primitives.update import UpdateRequest
 
 MLP = str(Path(__file__).parent / "data" / "mlp.json")
 SPEC = {"type": "relu", "in_shapes": [[64]], "out_shape": [64], "attrs": {}, "param_shapes": []}

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from gdlbench.errors import UsageError
-from gdlbench.model import (
+from gdlbench.common.errors import UsageError
+from gdlbench.model.phases import (
     CommModel,
     Phases,
     plan_messages,
@@ -20,8 +20,8 @@ from gdlbench.model import (
     sharded_message_us,
     sharded_pricing,
 )
-from gdlbench.network import load_network
-from gdlbench.strategies import PRESETS, SHARDED, get_strategies
+from gdlbench.model.strategies import PRESETS, SHARDED, get_strategies
+from gdlbench.nets.network import load_network
 
 GPT = load_network("gpt2-small:seq=64")
 PSI = 124_439_808  # parameters
@@ -153,10 +153,10 @@ def test_measured_message_times_price_the_sharded_plan():
 def test_all_reduce_planning_and_compression_refuse_sharded():
     with pytest.raises(UsageError, match="not all-reduce messages"):
         plan_messages(GPT, SHARDED["zero2"])
-    from gdlbench.model import Compression
+    from gdlbench.model.phases import Compression
     with pytest.raises(UsageError, match="all-reduce strategies only"):
         predict_iteration(GPT, PH, BETA, SHARDED["zero1"], 2, compress=Compression(10))
-    from gdlbench.strategies import Strategy
+    from gdlbench.model.strategies import Strategy
     with pytest.raises(UsageError, match="ZeRO stage"):
         Strategy("x", shard=4)
     with pytest.raises(UsageError, match="goes with collective"):
@@ -165,7 +165,7 @@ def test_all_reduce_planning_and_compression_refuse_sharded():
 
 def test_sharded_on_a_two_level_cluster():
     # reduce-scatter + all-gather as a flat ring across nodes: ZeRO-1 moves what ring's all-reduce does
-    from gdlbench import cluster
+    from gdlbench.model import cluster
     c = cluster.Cluster(8, cluster.link("nvlink4", "--intra"), cluster.link("ib-hdr", "--inter"), 1, 4, algo="ring")
     ddp = get_strategies("wfbp-fusion", bucket_bytes=10**12)[0]  # one bucket, as ZeRO-1's
     ring = predict_iteration(GPT, PH, c, ddp, 32).comm_us
@@ -174,7 +174,7 @@ def test_sharded_on_a_two_level_cluster():
 
 
 def test_strategy_file_with_shard(tmp_path):
-    from gdlbench.strategies import load_strategy
+    from gdlbench.model.strategies import load_strategy
     f = tmp_path / "my-zero.json"
     f.write_text('{"shard": 3, "prefetch": false, "overlap": "wfbp"}')
     s = load_strategy(str(f))

@@ -15,10 +15,10 @@ import pytest
 from helpers import run_cli, run_mpi
 
 from gdlbench import _core
-from gdlbench.iteration import MESSAGE_KINDS, plan_messages
-from gdlbench.model import plan_sharded
-from gdlbench.network import load_network
-from gdlbench.strategies import SHARDED, get_strategies
+from gdlbench.composed.iteration import MESSAGE_KINDS, plan_messages
+from gdlbench.model.phases import plan_sharded
+from gdlbench.model.strategies import SHARDED, get_strategies
+from gdlbench.nets.network import load_network
 
 CONVNET = str(Path(__file__).parent / "data" / "convnet.json")
 # parameters not divisible by 2 ranks (fc1: 4 x 3 + 3 = 15), so the shards are uneven
@@ -52,7 +52,7 @@ def test_a_unit_whose_layers_lie_apart_is_sent_piece_by_piece(strategy):
     """A transformer's root unit (the embeddings before the blocks, the last norm after them) holds
     two ranges of the flat buffers: the executor sends one message per range, back to back, each
     priced as a piece of the model's message (its cost the pieces' added)."""
-    from gdlbench.model import plan_sharded
+    from gdlbench.model.phases import plan_sharded
 
     gpt = load_network("transformer:layers=2:hidden=16:heads=2:seq=4:vocab=11")
     offsets, at = {}, 0
@@ -117,9 +117,9 @@ import json, sys
 import numpy as np
 from mpi4py import MPI
 from gdlbench import _core
-from gdlbench.iteration import plan_messages
-from gdlbench.network import load_network
-from gdlbench.strategies import get_strategies
+from gdlbench.composed.iteration import plan_messages
+from gdlbench.nets.network import load_network
+from gdlbench.model.strategies import get_strategies
 comm = MPI.COMM_WORLD
 rank, size = comm.Get_rank(), comm.Get_size()
 out = {{}}
@@ -217,8 +217,8 @@ def test_cli_one_rank_zero3(tmp_path):
 
 
 def test_the_trace_holds_the_waits_for_the_all_gathers():
-    from gdlbench.iteration import Iteration, layer_times, phase_times
-    from gdlbench.trace import chrome_trace, iteration_spans
+    from gdlbench.composed.iteration import Iteration, layer_times, phase_times
+    from gdlbench.composed.trace import chrome_trace, iteration_spans
 
     r = Iteration(CONVNET, batch=2, device="cpu", strategy="zero3,zero1,serial", iters=1, warmup=0, io=False,
                   threads=1).measure()
@@ -248,7 +248,7 @@ def test_the_trace_holds_the_waits_for_the_all_gathers():
 
 
 def test_sharded_contention_reads_both_lanes():
-    from gdlbench.iteration import sharded_contention
+    from gdlbench.composed.iteration import sharded_contention
 
     # forward 0-10 and backward 10-30 (one layer each, backward's after a 2 us wait for its
     # all-gather); one message from 0 to 20, 10 us alone: beside compute for 18 us

@@ -157,9 +157,9 @@ def test_study_predicts_on_a_two_level_cluster(study_dir, tmp_path):
 
 
 def test_several_nodes_price_the_scales_with_the_two_level_fit():
-    from gdlbench.prediction import CommSource
-    from gdlbench.strategies import get_strategies
-    from gdlbench.study import Config, _comm_source
+    from gdlbench.model.strategies import get_strategies
+    from gdlbench.study.run import Config, _comm_source
+    from gdlbench.whatif.prediction import CommSource
 
     wfbp = get_strategies("wfbp")[0]
     cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 4], [4], 4, "cpu", 1, 0, None, True, nodes=2)
@@ -169,8 +169,8 @@ def test_several_nodes_price_the_scales_with_the_two_level_fit():
 
 
 def test_a_sharded_strategy_fits_the_reduce_scatter_and_allgather_and_its_predictions_use_them():
-    from gdlbench.strategies import get_strategies
-    from gdlbench.study import Config, _comm_source, plan_cells
+    from gdlbench.model.strategies import get_strategies
+    from gdlbench.study.run import Config, _comm_source, plan_cells
 
     def cfg(strategies: list[str], ranks: int = 2) -> Config:
         return Config(["gpt2"], strategies, {"gpt2": 1}, [1, 2], [2], ranks, "cpu", 1, 0, None, False)
@@ -194,7 +194,7 @@ def test_a_sharded_strategy_fits_the_reduce_scatter_and_allgather_and_its_predic
 
 def test_iteration_cells_run_on_the_study_device_and_data():
     """Each iteration cell names the study's --device and --io-dir (7333489 had commented them out)."""
-    from gdlbench.study import Config, plan_cells
+    from gdlbench.study.run import Config, plan_cells
 
     cfg = Config(["alexnet"], ["wfbp"], {"alexnet": 1}, [1, 2], [2], 2, "cpu", 1, 0, None, True, io_dir="/data/jpeg")
     argv = next(c for c in plan_cells(cfg) if c.kind == "iteration").argv
@@ -203,7 +203,7 @@ def test_iteration_cells_run_on_the_study_device_and_data():
 
 
 def test_the_fit_covers_every_message_in_place_from_memory():
-    from gdlbench.study import Config, plan_cells
+    from gdlbench.study.run import Config, plan_cells
 
     def fit_args(nets: list[str], quick: bool) -> dict[str, str]:
         cfg = Config(nets, ["wfbp"], {n: 1 for n in nets}, [1, 2], [2], 2, "cpu", 1, 0, None, quick)
@@ -281,7 +281,7 @@ def _check_in_chromium(study_dir: Path, tmp_path: Path) -> None:
 
 
 def _measured(name: str, samples: list[float]) -> dict:
-    from gdlbench.study import measured_spread
+    from gdlbench.study.run import measured_spread
 
     t = sorted(samples)[len(samples) // 2]
     parts = {"io": 0.0, "h2d": 0.0, "forward": 100.0, "backward": 200.0, "comm": t - 350.0, "update": 50.0}
@@ -292,7 +292,7 @@ def _measured(name: str, samples: list[float]) -> dict:
 def test_tie_rule_on_measured_margins():
     """A margin under 2 x the combined standard error of the two medians is a tie that names the
     tied strategies; over twice that threshold it is robust."""
-    from gdlbench.study import decide, measured_spread
+    from gdlbench.study.run import decide, measured_spread
 
     spread = measured_spread([1000.0, 1010.0, 1020.0, 1030.0, 1040.0])
     # IQR 20 us over 5 rounds: se = 1.2533 x (20 / 1.349) / sqrt(5)
@@ -315,7 +315,7 @@ def test_tie_rule_on_measured_margins():
 
 def test_tie_rule_on_predicted_margins():
     """At a scale not measured the band is the model's |error| at the measured scale, added."""
-    from gdlbench.study import decide
+    from gdlbench.study.run import decide
 
     def row(name: str, t: float) -> dict:
         return {"strategy": name, "workers": 64, "t_iter_us": t, "images_per_s": 64e6 / t, "io_exposed_us": 0.0,
@@ -384,7 +384,7 @@ def test_component_table_per_net_and_strategy(study_dir):
     """Per net and measured strategy: the five components, measured and predicted as study.json's
     breakdowns give them, each number in the report naming its field; the predicted exposed
     communication is never more than all the messages' time, at any scale."""
-    from gdlbench.study import COMPONENTS, components_of
+    from gdlbench.study.run import COMPONENTS, components_of
 
     index = json.loads((study_dir / "study.json").read_text())
     parser = _Numbers()
@@ -419,8 +419,8 @@ def test_a_component_over_the_threshold_is_flagged_though_the_total_agrees(study
     ones but its exposed communication, 6 % of the iteration over (its total and error left as
     they are), its components re-validated and the report re-rendered without measuring: the row
     is flagged and the predictions beyond the measured scale say they lean on it."""
-    from gdlbench.study import leans_on_failed, validate_components
-    from gdlbench.study_report import write_report
+    from gdlbench.study.report import write_report
+    from gdlbench.study.run import leans_on_failed, validate_components
 
     out = tmp_path / "s"
     shutil.copytree(study_dir, out)
@@ -545,9 +545,9 @@ def test_killed_study_resumes_without_measuring_a_finished_cell_again(tmp_path):
 
 def test_memory_answer_beside_the_time_answer(study_dir):
     """Per net: every strategy (the study's and the sharded ones) at every N with its memory per worker
-    from gdlbench.memory and whether it fits; per N the fastest that fits is the fastest fitting row."""
-    from gdlbench.memory import memory_per_worker
-    from gdlbench.strategies import get_strategies
+    from gdlbench.model.memory and whether it fits; per N the fastest that fits is the fastest fitting row."""
+    from gdlbench.model.memory import memory_per_worker
+    from gdlbench.model.strategies import get_strategies
 
     index = json.loads((study_dir / "study.json").read_text())
     for name, na in index["analysis"]["nets"].items():
@@ -583,8 +583,8 @@ def test_study_bad_input_is_one_line_and_exit_2(tmp_path):
 
 def _predict(*args: str) -> dict:
     from gdlbench import cli
-    from gdlbench.commands.predict import request_from_args
-    from gdlbench.prediction import evaluate
+    from gdlbench.cli.commands.predict import request_from_args
+    from gdlbench.whatif.prediction import evaluate
 
     return evaluate(request_from_args(cli.build_parser().parse_args(
         ["predict", "--net", "resnet50", "--strategy", "wfbp", "--alpha", "5", "--bandwidth", "10", "--workers", "16",
@@ -593,7 +593,7 @@ def _predict(*args: str) -> dict:
 
 @pytest.fixture()
 def phases_file(tmp_path) -> str:
-    from gdlbench.model import Phases
+    from gdlbench.model.phases import Phases
 
     p = Phases.synthetic("resnet50", 32, gflops=8000)
     p.io_threads = 4
@@ -752,11 +752,12 @@ def test_memory_answer_at_the_target_shape(tmp_path):
     """--memory-at: the memory rows modelled at the target shape (sequence, batch, precision), the
     times those of the measured shape; the memory table and the Verdicts column say so per N."""
     import gdlbench as g
-    from gdlbench import study, study_report
-    from gdlbench.memory import memory_per_worker
-    from gdlbench.network import load_network
-    from gdlbench.prediction import CommSource, PredictRequest
-    from gdlbench.strategies import get_strategies
+    from gdlbench.model.memory import memory_per_worker
+    from gdlbench.model.strategies import get_strategies
+    from gdlbench.nets.network import load_network
+    from gdlbench.study import report as study_report
+    from gdlbench.study import run as study
+    from gdlbench.whatif.prediction import CommSource, PredictRequest
 
     small, target = ("transformer:layers=2:hidden=256:heads=4:vocab=5000:positions=512:seq=16",
                      "transformer:layers=2:hidden=256:heads=4:vocab=5000:positions=512:seq=512")
@@ -802,7 +803,8 @@ def test_memory_answer_at_the_target_shape(tmp_path):
 def test_the_fit_sweep_stays_in_host_memory():
     # GPT-2 medium's 1.4 GB gradient asks a sweep to 4 GiB: 3 rotated buffers per rank; the study
     # lowers the last size until they take at most half the node's memory, the same on every rank
-    from gdlbench import collectives, study
+    from gdlbench.primitives import collectives
+    from gdlbench.study import run as study
 
     phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     sweep = collectives.fit_sweep_for_messages(1_419_292_672)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import run_cli
 
-from gdlbench.iteration import Iteration, layer_times, phase_times
-from gdlbench.trace import COMM, COMPUTE, IO, chrome_trace
+from gdlbench.composed.iteration import Iteration, layer_times, phase_times
+from gdlbench.composed.trace import COMM, COMPUTE, IO, chrome_trace
 
 MLP = str(Path(__file__).parent / "data" / "mlp.json")
 CONVNET = str(Path(__file__).parent / "data" / "convnet.json")

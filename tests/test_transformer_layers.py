@@ -1,7 +1,7 @@
 """The CPU transformer layers (embedding, tokens, layernorm, linear, gelu, tanh, select_token)
 against float64 numpy references (tests/transformer_refs.py) and against torch on the same inputs
 (moved to torch's (B, S, D) layout, gradients by autograd): y, dx and dw through
-_core.LayerBench.run. Specs come from gdlbench.network, so the kernels are held to its contract."""
+_core.LayerBench.run. Specs come from gdlbench.nets.network, so the kernels are held to its contract."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import transformer_refs as ref
 from test_layers import close, rand, run_layer
 
 from gdlbench._native import _core
-from gdlbench.network import load_network
+from gdlbench.nets.network import load_network
 
 
 def layer_spec(type_, in_shape, **attrs):

@@ -15,7 +15,7 @@ from test_layers import close, rand, run_layer, spec
 
 from gdlbench._native import _core, _cuda
 from gdlbench.nets import transformer
-from gdlbench.network import load_network
+from gdlbench.nets.network import load_network
 
 # ---- float64 references: (N, ...) arrays in, (y, [dx...], [dw...]) out --------------------------------
 

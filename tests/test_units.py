@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gdlbench.errors import UsageError
-from gdlbench.units import parse_bandwidth, parse_size, split_list
+from gdlbench.common.errors import UsageError
+from gdlbench.common.units import parse_bandwidth, parse_size, split_list
 
 
 @pytest.mark.parametrize("text, gbs", [
@@ -24,7 +24,7 @@ def test_bandwidth_refused(text):
 
 def test_predict_takes_the_same_model_from_either_unit():
     from gdlbench.cli import build_parser
-    from gdlbench.commands.predict import comm_source_from_args
+    from gdlbench.cli.commands.predict import comm_source_from_args
 
     def beta(bw: str) -> float:
         args = build_parser().parse_args(["predict", "--alpha", "5", "--bandwidth", bw])
@@ -46,8 +46,8 @@ def test_output_files_appear_whole_with_ordinary_permissions(tmp_path):
     file left, and the mode an ordinary file gets (0666 less the umask), not mkstemp's 0600."""
     import os
 
-    from gdlbench.paths import write_atomic
-    from gdlbench.report import OutputFile
+    from gdlbench.common.output import OutputFile
+    from gdlbench.common.paths import write_atomic
 
     old = os.umask(0o022)
     try:

@@ -3,7 +3,6 @@ contract of `gdlbench update`, `gdlbench copy` and `gdlbench io` (bad input: one
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import numpy as np
@@ -14,7 +13,9 @@ from gdlbench._native import _core
 from gdlbench.cli import main
 
 # The modules (gdlbench.copy, .io, .update are the top-level functions of the same names).
-gcopy, gio, gupdate = (importlib.import_module(f"gdlbench.{m}") for m in ("copy", "io", "update"))
+from gdlbench.primitives import copy as gcopy  # noqa: E402
+from gdlbench.primitives import io as gio  # noqa: E402
+from gdlbench.primitives import update as gupdate  # noqa: E402
 
 # ---- SGD --------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""float64 numpy references of the transformer layers (gdlbench/network.py's docstring), in
+"""float64 numpy references of the transformer layers (gdlbench/nets/network.py's docstring), in
 gdlbench's layout: a sequence of S tokens of width D is the per-sample shape (D, S, 1), so a batch
 is (B, D, S, 1). Each returns (y, [dx...], [dw...]) for the upstream gradient dy, like layer_refs."""
 

@@ -33,7 +33,7 @@ int64_t geo(const py::dict& g, const char* key, int64_t fallback = -1) {
   return g[key].cast<int64_t>();
 }
 
-// The layer spec for a geometry dict (gdlbench.conv.ConvShape.geometry()) and the options.
+// The layer spec for a geometry dict (gdlbench.primitives.conv.ConvShape.geometry()) and the options.
 LayerSpec make_spec(const py::dict& g, const std::string& dtype, const std::string& layout, const std::string& mode,
                     const std::map<std::string, std::string>& named, std::size_t workspace_limit) {
   LayerSpec s;

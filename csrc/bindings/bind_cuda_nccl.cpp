@@ -34,7 +34,7 @@ void bind_cuda_nccl(py::module_& m) {
       "In-place all-reduce of count elements at a device pointer over the ranks of comm: ncclAllReduce "
       "(library) or the hierarchical one (hier: NCCL inside each node and across nodes).");
   m.def("set_ranks_per_node", &comm::set_ranks_per_node, py::arg("ranks_per_node"),
-        "This module's copy of the node grouping (gdlbench.env.set_ranks_per_node sets both).");
+        "This module's copy of the node grouping (gdlbench.common.env.set_ranks_per_node sets both).");
 }
 
 }  // namespace gdl::bind

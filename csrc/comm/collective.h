@@ -57,7 +57,7 @@ struct CheckRound {
   std::size_t count;  // elements per rank
 };
 
-// The one table of the collectives: gdlbench reads it too (_core.collectives(), gdlbench/collectives.py),
+// The one table of the collectives: gdlbench reads it too (_core.collectives(), gdlbench/primitives/collectives.py),
 // so the CLI, the report and the model never hold a twin of it.
 struct Description {
   Collective id;
@@ -67,7 +67,7 @@ struct Description {
   bool size_is_total;  // a row's size is the whole buffer of N blocks (nccl-tests), not each rank's
   bool algorithms;     // takes every algorithm of kAlgos; otherwise only the library's call
   int host_buffers;    // buffers of a row's size a rank holds (send, receive, scratch): the memory check
-  const char* cost;    // its entry in gdlbench/costmodel.py; nullptr: the entry of the algorithm it runs
+  const char* cost;    // its entry in gdlbench/primitives/costmodel.py; nullptr: the entry of the algorithm it runs
   // nccl-tests' bus bandwidth factor: busbw = algbw x bus_factor(N), and its formula as printed.
   const char* bus_factor_formula;
   double (*bus_factor)(int n);
@@ -132,7 +132,7 @@ inline Collective parse_collective(const std::string& s) {
 }
 
 // The all-reduce algorithms' names (gdlbench reads them: _core.algorithms()); each name is also its
-// cost formula's key in gdlbench/costmodel.py.
+// cost formula's key in gdlbench/primitives/costmodel.py.
 struct AlgoName {
   Algo id;
   const char* name;

@@ -25,7 +25,7 @@ enum class MessageKind : int { allreduce = 0, reduce_scatter = 1, allgather = 2 
 // One message: `count` floats of the flat buffer from `offset`. An all-reduce is sent once the
 // backward pass of layer `ready_after` (and of every layer after it) is done (WFBP), or after
 // backward. A sharded message is posted once `issued_after` compute tasks are done (forward's
-// layers 0..L-1, backward's L..2L-1 last layer first, the update 2L: gdlbench.model.plan_sharded's
+// layers 0..L-1, backward's L..2L-1 last layer first, the update 2L: gdlbench.model.phases.plan_sharded's
 // tasks), and compute task `needed_by` (an all-gather's: its unit's first layer in that pass; -1:
 // none) waits for it. The fields after ready_after default to an all-reduce.
 struct Message {

@@ -1,6 +1,6 @@
 // The layer interface of both backends, written once: cpu::Layer is LayerOn<float> (host float32
 // pointers), cuda::Layer is LayerOn<void> (device pointers whose dtype the spec names). A network
-// is a list of these, built from the specs gdlbench/network.py infers; the executors and the
+// is a list of these, built from the specs gdlbench/nets/network.py infers; the executors and the
 // single-layer benchmarks drive layers only through it.
 //
 // Tensors are NCHW (or NHWC where a CUDA layer says so), batch-major; shapes in a spec are per

@@ -1,4 +1,4 @@
-// A layer as the network engine (gdlbench/network.py, Network.layer_specs()) describes it; shared
+// A layer as the network engine (gdlbench/nets/network.py, Network.layer_specs()) describes it; shared
 // by the CPU and CUDA layer interfaces. Shapes are per sample; the batch is separate.
 #pragma once
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Multi-head self-attention on a sequence (D, S, 1) per sample, element (b, d, s) at b*D*S + d*S + s
-// (features-major: a projection is W[F, D] @ X_b[D, S]). Attributes (gdlbench/network.py): heads,
+// (features-major: a projection is W[F, D] @ X_b[D, S]). Attributes (gdlbench/nets/network.py): heads,
 // bias [1], causal [0], dropout [0] (on the probabilities; common/dropout.h's mask with attribute
 // seed [0], element index ((b*heads + h)*S + i)*S + j). Parameters in param_shapes order: W_qkv
 // [3D, D], b_qkv [3D] if bias, W_o [D, D], b_o [D] if bias.

@@ -1,4 +1,4 @@
-// The layers at the two ends of a transformer's sequence (gdlbench/network.py's docstring):
+// The layers at the two ends of a transformer's sequence (gdlbench/nets/network.py's docstring):
 // embedding (token ids -> vectors), tokens (ViT patches -> tokens with a class token) and
 // select_token (one position out). A sequence of S tokens of width D is the per-sample shape
 // (D, S, 1): sample b, feature d, position s at (b * D + d) * S + s. Tables are [rows, D].

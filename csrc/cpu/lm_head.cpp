@@ -1,5 +1,5 @@
 // Language-model head: (D, S, 1) -> (vocab, S, 1) logits, Y_b = W X_b (+ b), W [vocab, D]
-// (gdlbench/network.py). Attributes vocab, tied [1], bias [0]. Untied: W is the layer's first
+// (gdlbench/nets/network.py). Attributes vocab, tied [1], bias [0]. Untied: W is the layer's first
 // parameter, then [vocab] if bias. Tied: W is the first embedding's token table, handed over by
 // bind_tied with its gradient, which backward_params OVERWRITES (the embedding adds its own later);
 // parameters are only [vocab] if bias. A tied head never bound (a single-layer benchmark) uses a

@@ -83,7 +83,7 @@ class Net : public LayerGraph<float> {
   // momentum, that reduced gradient block); all-gathers refill the parameters from their owners.
   // Storage stays full-size (every rank keeps every parameter, gradient and momentum value): what
   // is timed is the strategy's real communication and update volume, not its memory
-  // (gdlbench.memory models that).
+  // (gdlbench.model.memory models that).
   std::vector<double> time_sharded(const TimingPlan& plan, const std::vector<Message>& msgs, const CommOps& ops,
                                    const std::function<void()>& io, bool prefetch, const SgdConfig& sgd,
                                    MPI_Comm comm, IterationTrace* last_trace);

@@ -1,4 +1,4 @@
-// The per-position layers of a transformer block (gdlbench/network.py's docstring): layernorm,
+// The per-position layers of a transformer block (gdlbench/nets/network.py's docstring): layernorm,
 // linear and gelu (tanh: activations.cpp). A sequence is the per-sample shape (D, S, 1),
 // features-major: sample b, feature d, position s at (b * D + d) * S + s, so a position's features
 // are S floats apart and a per-position linear is W[F, D] @ X_b[D, S] (the batch packed as one

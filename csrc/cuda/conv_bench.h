@@ -14,7 +14,7 @@
 
 namespace gdl::cuda {
 
-// Seeds of the test data; gdlbench/conv.py regenerates the same values on the host.
+// Seeds of the test data; gdlbench/primitives/conv.py regenerates the same values on the host.
 constexpr uint64_t kConvSeedX = 11, kConvSeedW = 5, kConvSeedB = 6, kConvSeedDy = 7, kConvSeedDx0 = 13;
 
 // The layer plus device buffers for every tensor, filled with test data.

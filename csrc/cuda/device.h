@@ -16,7 +16,7 @@ std::size_t dtype_size(DType t);
 int device_count(std::string* why);
 // Makes `index` this process's device. It must come before any CUDA work (stream, library
 // handles, buffers): those belong to the device that was current when they were made, so a later
-// change is refused. gdlbench.env picks the index (env.device_rule: a GPU of its own per rank of the node, matched by PCI bus id).
+// change is refused. gdlbench.common.env picks the index (env.device_rule: a GPU of its own per rank of the node, matched by PCI bus id).
 void select_device(int index);
 int current_device();
 // One non-blocking stream per process, used by every op. Non-blocking: it does not wait for the

@@ -1,4 +1,4 @@
-// CUDA twins of the CPU transformer layers (gdlbench/network.py's docstring lists them): embedding,
+// CUDA twins of the CPU transformer layers (gdlbench/nets/network.py's docstring lists them): embedding,
 // tokens, layernorm, linear, gelu, tanh, select_token, attention (unfused: cuBLAS GEMMs and our
 // softmax kernel) and lm_head. float32 NCHW, parameters float32, as the other CUDA layers.
 // A sequence of S tokens of width D is (D, S, 1) per sample: element (b, d, s) at b*D*S + d*S + s,

@@ -76,7 +76,7 @@ ncclComm_t nccl_comm(MPI_Comm comm, double timeout_s) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
-  // On this process's device, chosen before any CUDA work (gdlbench.env.resolve_device).
+  // On this process's device, chosen before any CUDA work (gdlbench.common.env.resolve_device).
   default_stream();
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gdlbench import plots
-from gdlbench.model import CommModel, Phases, predict_iteration, predict_scaling
-from gdlbench.strategies import PRESETS
+from gdlbench.model.phases import CommModel, Phases, predict_iteration, predict_scaling
+from gdlbench.model.strategies import PRESETS
+from gdlbench.study import plots
 
 HERE = Path(__file__).parent
 COMM = CommModel.from_bandwidth("ring", alpha_us=5.0, gbs=6.0, source="synthetic: 56 Gb/s InfiniBand-like")

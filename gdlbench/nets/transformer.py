@@ -1,6 +1,6 @@
 """Transformers as data: GPT-2 (small, medium), BERT-base, ViT-B/16 and a user's own decoder.
 
-Each is built from the transformer layer types of gdlbench.network; every layer of block i names
+Each is built from the transformer layer types of gdlbench.nets.network; every layer of block i names
 its block ("h.3", "encoder.layer.3"), the unit of activation checkpointing and of ZeRO-3/FSDP.
 Parameter counts are exact against the reference implementations (tests/test_networks.py):
   gpt2-small   124,439,808  HF GPT2LMHeadModel ("gpt2"; lm_head tied to wte, 1024 positions)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UsageError
+from ..common.errors import UsageError
 
 
 def _block(layers: list[dict[str, Any]], p: str, x: str, hidden: int, heads: int, mlp: int, *, pre_ln: bool,

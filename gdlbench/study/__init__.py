@@ -1,0 +1,1 @@
+"""The study: cells measured, predicted and written as one report."""

@@ -1,0 +1,1 @@
+"""What `gdlbench predict` prices: typed requests, what-ifs, scaling to clusters."""
