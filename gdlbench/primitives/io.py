@@ -25,7 +25,7 @@ import numpy as np
 from ..common.errors import UsageError
 from ..common.measurement import Measurement, check_threads, check_timing
 from ..common.output import Column, fmt_float
-from ..common.paths import require_writable_dir
+from ..common.paths import require_writable_dir, write_atomic
 from ..common.units import option_argv
 
 MANIFEST = "gdlbench-dataset.json"
@@ -135,7 +135,7 @@ class Dataset:
             buf = BytesIO()
             Image.fromarray(_image(rng, *size)).save(buf, "JPEG", quality=JPEG_QUALITY)
             name = f"img{i:07d}.jpg"
-            (path / name).write_bytes(buf.getvalue())
+            write_atomic(path / name, buf.getvalue())  # whole or absent: other ranks may read or write it too
             return name, buf.tell()
 
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -144,9 +144,9 @@ class Dataset:
                 nbytes.append(b)
         manifest = {"format": FORMAT_VERSION, "generator": "gdlbench.io", "size": list(size), "seed": seed,
                     "quality": JPEG_QUALITY, "files": [{"name": f, "bytes": b} for f, b in zip(files, nbytes, strict=True)]}
-        tmp = path / f".{MANIFEST}.tmp"
-        tmp.write_text(json.dumps(manifest))
-        os.replace(tmp, path / MANIFEST)  # the manifest appears only once every file is there
+        # The manifest appears only once every file is there. Ranks sharing --io-dir may each make the
+        # same (seeded) dataset at once: every file goes by a temporary name of its own and a rename.
+        write_atomic(path / MANIFEST, json.dumps(manifest))
         return cls(path, files, nbytes, (size[0], size[1]), generated=True)
 
 
