@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -219,6 +219,23 @@ class Progress:
         if self.enabled and elapsed >= self.after_s:
             print(f"gdlbench {self.label}: [{self.done}/{self.total}] {what} ({elapsed:.0f} s)", file=sys.stderr,
                   flush=True)
+
+
+_Request = TypeVar("_Request")
+_Result = TypeVar("_Result")
+
+
+def run_each(requests: Sequence[_Request], label: str, run: Callable[[_Request], _Result],
+             describe: Callable[[_Request, _Result], str], enabled: bool = True) -> list[_Result]:
+    """run(request) for each request in order, a Progress line after each (describe(request,
+    result)); the results in the same order."""
+    progress = Progress(len(requests), label, enabled=enabled)
+    results = []
+    for req in requests:
+        result = run(req)
+        results.append(result)
+        progress.step(describe(req, result))
+    return results
 
 
 def fmt_float(digits: int) -> Callable[[float], str]:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from ...common import env
 from ...common.compare import Compare
 from ...common.errors import CheckFailed, UsageError
-from ...common.output import Progress
+from ...common.output import run_each
 from ...common.units import parse_size
 from ...nets.network import net_option
 from ...primitives import conv_layers
@@ -127,12 +127,9 @@ def run(args: argparse.Namespace) -> int:
     for req in requests:  # before the first row is timed
         req.check_on(device)
     is_root = env.rank() == 0
-    progress = Progress(len(requests), "conv", enabled=is_root)
-    results = []
-    for req in requests:
-        rs = run_conv(req)
-        results += rs
-        progress.step(f"{rs[0].layer}: " + ", ".join(f"{r.pass_} {r.tflops:.3f}" for r in rs) + " TFLOP/s")
+    per_request = run_each(requests, "conv", run_conv, lambda q, rs: f"{rs[0].layer}: " + ", ".join(
+        f"{r.pass_} {r.tflops:.3f}" for r in rs) + " TFLOP/s", is_root)
+    results = [r for rs in per_request for r in rs]
     summary = {}
     if args.net:
         for p in {r.pass_ for r in results}:

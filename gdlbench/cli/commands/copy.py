@@ -7,7 +7,7 @@ import argparse
 from ...common import env
 from ...common.compare import Compare
 from ...common.errors import CheckFailed
-from ...common.output import Progress
+from ...common.output import run_each
 from ...common.units import SIZE_CONVENTION, format_bytes, parse_size
 from ...primitives.copy import CPU_NOTE, CopyRequest, copy, plan
 from .. import common_options, outputs
@@ -38,12 +38,7 @@ def run(args: argparse.Namespace) -> int:
     size = requests[0].size_bytes
     files = outputs(args)
     is_root = env.rank() == 0
-    progress = Progress(len(requests), "copy", enabled=is_root)
-    results = []
-    for req in requests:
-        r = copy(req)
-        results.append(r)
-        progress.step(f"{req.direction} {r.memory}: {r.gbs:.2f} GB/s")
+    results = run_each(requests, "copy", copy, lambda q, r: f"{q.direction} {r.memory}: {r.gbs:.2f} GB/s", is_root)
     clock = results[0].measurement.clock
     region = ("one sample = --copies back-to-back copies between CUDA events, queued behind a kernel that holds the "
               "stream until all are enqueued (nvbandwidth's method)" if device == "cuda"

@@ -7,7 +7,7 @@ import argparse
 from ...common import env
 from ...common.compare import Compare
 from ...common.errors import CheckFailed, UsageError
-from ...common.output import Progress
+from ...common.output import run_each
 from ...primitives.gemm import GemmRequest
 from ...primitives.gemm import run as run_gemm
 from .. import common_options, outputs
@@ -69,12 +69,7 @@ def run(args: argparse.Namespace) -> int:
     files = outputs(args)
     device, why = env.resolve_device(args.device)
     is_root = env.rank() == 0
-    progress = Progress(len(requests), "gemm", enabled=is_root)
-    results = []
-    for req in requests:
-        r = run_gemm(req)
-        results.append(r)
-        progress.step(f"{req.m}x{req.n}x{req.k}: {r.tflops:.3f} TFLOP/s")
+    results = run_each(requests, "gemm", run_gemm, lambda q, r: f"{q.m}x{q.n}x{q.k}: {r.tflops:.3f} TFLOP/s", is_root)
     clock = results[0].measurement.clock
     threads = f", {results[0].threads} BLAS threads" if device == "cpu" else ""
     check = results[0].check
