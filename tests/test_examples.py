@@ -23,7 +23,7 @@ def run_example(name: str, *args: str, timeout: float = 300) -> subprocess.Compl
 
 
 def test_custom_network_measured_and_scaled(tmp_path):
-    run_example("custom_network.py", "--batch", "2", "--iters", "2", "--no-io", "--device", "cpu",
+    run_example("custom_network.py", "--batch", "2", "--iters", "6", "--no-io", "--device", "cpu",
                 "--workers", "1,4,64", "--out", str(tmp_path))
     spec = json.loads((EXAMPLES / "my_net.json").read_text())
     iteration = json.loads((tmp_path / "iteration.json").read_text())
@@ -32,7 +32,9 @@ def test_custom_network_measured_and_scaled(tmp_path):
     assert timed == {(la["name"], p) for la in spec["layers"] for p in ("forward", "backward")}
     composed = [r for r in iteration["rows"] if r.get("phase") == "iteration"]
     assert [r["strategy"] for r in composed] == ["serial", "wfbp"]
-    for r in composed:  # the model against this run, within 50 % + 3 standard errors of a 2-iteration run
+    # the model against this run, within 50 % + 3 standard errors of a 6-round run (with 2 rounds, one
+    # hiccup in an isolated sample of this tiny net put the model 218 % off once in CI, on 1 rank)
+    for r in composed:
         assert r["error_pct"] == pytest.approx(100 * (r["predicted_us"] - r["time_us"]) / r["time_us"])
         assert abs(r["error_pct"]) < 50 + 3 * r["error_se_pct"], (r["error_pct"], r["error_se_pct"])
     # parameters by hand: conv1 16*3*9+16, bn1 2*16, conv2 32*16*9+32, fc 10*32+10
