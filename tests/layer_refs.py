@@ -1,4 +1,5 @@
-"""float64 numpy references of every layer type (forward, dx, dw), shared by the CPU and GPU tests.
+"""float64 numpy references of every layer type (forward, dx, dw), shared by the CPU and GPU tests; the
+sequence layers (embedding, tokens, layernorm, linear, gelu, tanh, select_token) are in transformer_refs.py.
 Each takes per-batch arrays shaped (N, ...) and returns (y, [dx...], [dw...])."""
 
 from __future__ import annotations

@@ -152,7 +152,9 @@ def test_fit_cli_two_ranks(tmp_path):
         # the points it fitted are the run's own in-place rows of that algorithm
         times = {r["size_bytes"]: r["time_us"] for r in doc["rows"] if r["algo"] == f["algo"] and r["inplace"]}
         assert {pt["size_bytes"]: pt["measured_us"] for pt in f["points"]} == pytest.approx(times, rel=1e-9)
-        check_fit(f)
+        # the fit is the library's of those points, and holds together; timed on a loaded machine,
+        # a regime may be flat (beta 0); two regimes of two sizes each keep every error under 1
+        check_fit(f, loaded=True)
 
 
 @pytest.mark.parametrize("algo", ["library", "ring", "rd", "tree", "ps"])

@@ -205,22 +205,20 @@ def test_torch_twin_has_the_same_parameters(name):
     assert loss.ndim == 0 and float(loss.detach()) > 0
 
 
-@pytest.mark.parametrize("batch", [2, 32])
-def test_model_against_torch_allocations(batch):
-    # the peak of what torch's CPU allocator holds over a training step (the profiler's memory
-    # timeline), SGD with momentum, fp32, no wrapper: parameters + momentum + backward peak. At
-    # batch 2 backward peaks at its end, at batch 32 at its start; measured within 2 % (torch 2.14)
-    torch = pytest.importorskip("torch")
+_SMALL = "transformer:layers=2:hidden=64:heads=2:seq=32:vocab=5000"  # vocab 5000: the tokens below
+
+
+def _live_peak(mv, net, model, opt, batch: int) -> int:
+    """The most bytes torch's CPU allocator holds during the third of three SGD steps of `model`
+    (the profiler's memory timeline), on seeded random tokens of `net`'s sequence."""
+    import torch
+
     timeline = pytest.importorskip("torch.profiler._memory_profiler")
     from torch.profiler import ProfilerActivity, profile
 
-    mv = _torch_twin()
-    net = load_network("transformer:layers=2:hidden=64:heads=2:seq=32:vocab=5000")
-    torch.manual_seed(0)
-    model = mv.build_model(net)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    seq = net.input_shape[1]
     g = torch.Generator().manual_seed(0)
-    data = [(torch.randint(0, 5000, (batch, 32), generator=g), mv.make_labels(net, batch, torch, g)) for _ in range(3)]
+    data = [(torch.randint(0, 5000, (batch, seq), generator=g), mv.make_labels(net, batch, torch, g)) for _ in range(3)]
 
     def step(i: int) -> None:
         opt.zero_grad(set_to_none=True)
@@ -232,7 +230,21 @@ def test_model_against_torch_allocations(batch):
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step(2)
     _, sizes = timeline.MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    live = max(sum(s) for s in sizes)
+    return max(sum(s) for s in sizes)
+
+
+@pytest.mark.parametrize("batch", [2, 32])
+def test_model_against_torch_allocations(batch):
+    # the peak of what torch's CPU allocator holds over a training step (the profiler's memory
+    # timeline), SGD with momentum, fp32, no wrapper: parameters + momentum + backward peak. At
+    # batch 2 backward peaks at its end, at batch 32 at its start; measured within 2 % (torch 2.14)
+    torch = pytest.importorskip("torch")
+    mv = _torch_twin()
+    net = load_network(_SMALL)
+    torch.manual_seed(0)
+    model = mv.build_model(net)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    live = _live_peak(mv, net, model, opt, batch)
     predicted = memory_per_worker(net, SHARDED["zero3"], 1, batch, "sgd", "fp32").total
     assert predicted == pytest.approx(live, rel=0.05)
 
@@ -273,31 +285,16 @@ def test_fsdp_no_shard_allocates_what_the_model_says(tmp_path):
     # backward): the peak of torch's allocator over a step is the model's, without the framework's
     # own memory (measured on BERT-base at sequence 128: 1509.0 MB live against 1509.5 predicted)
     torch = pytest.importorskip("torch")
-    timeline = pytest.importorskip("torch.profiler._memory_profiler")
     import torch.distributed as dist
-    from torch.profiler import ProfilerActivity, profile
 
     mv = _torch_twin()
-    net = load_network("transformer:layers=2:hidden=64:heads=2:seq=32:vocab=5000")
+    net = load_network(_SMALL)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
         wrapped, opt = mv.wrap(mv.build_model(net), "fsdp", "sgd", 1)
-        g = torch.Generator().manual_seed(0)
-        data = [(torch.randint(0, 5000, (2, 32), generator=g), mv.make_labels(net, 2, torch, g)) for _ in range(3)]
-
-        def step(i: int) -> None:
-            opt.zero_grad(set_to_none=True)
-            wrapped(*data[i]).backward()
-            opt.step()
-
-        step(0)
-        step(1)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-            step(2)
+        live = _live_peak(mv, net, wrapped, opt, 2)
     finally:
         dist.destroy_process_group()
-    _, sizes = timeline.MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline(torch.device("cpu"))
-    live = max(sum(s) for s in sizes)
     predicted = memory_per_worker(net, SHARDED["fsdp"], 1, 2, "sgd", "fp32").total
     assert predicted == pytest.approx(live, rel=0.05)

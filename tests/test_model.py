@@ -804,6 +804,45 @@ def test_a_prefetched_reads_cost_beside_compute_shows_as_compute_in_the_traced_b
     assert max(sp["end_us"] for sp in tl if sp["lane"] == "update") == pytest.approx(pred.t_iter_us)
 
 
+def _covered(spans, start, end):
+    """The length of [start, end] that no span covers (0: every moment drawn)."""
+    gap, clock = 0.0, start
+    for sp in sorted(spans, key=lambda sp: sp["start_us"]):
+        gap += max(0.0, min(sp["start_us"], end) - clock)
+        clock = max(clock, sp["end_us"])
+    return gap + max(0.0, end - clock)
+
+
+@pytest.mark.parametrize("t_io", [20_000.0, 5_000_000.0])
+@pytest.mark.parametrize("name", ["wfbp", "serial", "zero1", "zero2", "zero3", "fsdp"])
+def test_a_sharded_strategys_timeline_draws_the_read_as_the_others_do(name, t_io):
+    """Issue 33: a sharded strategy's predicted timeline started forward after the whole exposed read
+    and drew nothing before it (no wait, the read's cost beside forward a blank). Now every strategy:
+    the wait for a prefetched batch only what is not beside compute, forward longer by the read's
+    cost beside it, the prefetch starting with forward, every moment up to t_iter drawn."""
+    phases = replace(Phases.synthetic("resnet50", 8), io_us=t_io, read_beside_us=3_000.0)
+    strategy = get_strategies(name)[0]
+    pred = predict_iteration("resnet50", phases, RING, strategy, 2)
+    tl = pred.timeline
+    beside = 3_000.0 if strategy.io_prefetch else 0.0
+    assert pred.io_beside_us == beside
+    waits = [sp for sp in tl if sp["name"] == "wait for the prefetched batch"]
+    assert sum(sp["end_us"] - sp["start_us"] for sp in waits) == pytest.approx(pred.io_us - beside if beside else 0.0)
+    fwd = [sp for sp in tl if sp["lane"] == "forward"]
+    assert sum(sp["end_us"] - sp["start_us"] for sp in fwd) == pytest.approx(pred.forward_us + beside)
+    if beside:
+        read = next(sp for sp in tl if sp["name"] == "read the next batch (prefetch thread)")
+        assert read["start_us"] == pytest.approx(pred.io_us - beside + pred.h2d_us)  # with forward
+        assert read["end_us"] - read["start_us"] == pytest.approx(t_io)
+    else:
+        read = next(sp for sp in tl if sp["name"] == "read the batch")
+        assert (read["start_us"], read["end_us"]) == (0.0, pytest.approx(t_io))
+    assert min(sp["start_us"] for sp in fwd) >= pred.io_us - beside + pred.h2d_us - 1e-6
+    assert max(sp["end_us"] for sp in tl) == pytest.approx(pred.t_iter_us)
+    drawn = [sp for sp in tl if sp["name"] != "read the next batch (prefetch thread)"]
+    assert _covered(drawn, 0.0, pred.t_iter_us) == pytest.approx(0.0, abs=1e-6 * pred.t_iter_us)
+
+
 def test_contention_belongs_to_the_link_it_was_measured_on():
     """Measured slowdowns price messages over their own link; over another link (a cluster's
     inter-node level, a formula) the default for an unmeasured link, 2 - overlap_efficiency."""

@@ -12,6 +12,7 @@ from helpers import run_cli
 from gdlbench.cli import main
 from gdlbench.common.errors import UsageError
 from gdlbench.nets.network import _pool_out, builtin_nets, load_network
+from gdlbench.nets.transformer import ALIASES
 
 PARAMS = {
     "alexnet": 60_965_224, "googlenet": 6_998_552, "googlenet-aux": 13_378_280, "resnet50": 25_557_032,
@@ -430,3 +431,20 @@ def test_bad_transformer_shapes_are_usage_errors(shape, message):
 def test_gpt2_is_gpt2_small_as_hugging_face_names_it():
     assert load_network("gpt2").layer_specs() == load_network("gpt2-small").layer_specs()
     assert load_network("gpt2:seq=64").input_shape == load_network("gpt2-small:seq=64").input_shape == (1, 64, 1)
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_an_alias_is_named_as_typed_in_errors(alias, capsys):
+    """An error names what the user typed and what the alias stands for, not only the latter."""
+    to = ALIASES[alias]
+    for params, says in ((":seq=x", "seq must be a number"), (":seq=0", "seq must be an integer >= 1"),
+                         (":foo=1", "expected KEY=VALUE")):
+        with pytest.raises(UsageError) as err:
+            load_network(alias + params)
+        assert str(err.value).startswith(f"--net {alias}{params} (= {to}{params}): {says}"), err.value
+    assert load_network(f"{alias}:seq=8").origin == f"{alias}:seq=8"  # reproduces as typed
+    assert main(["iteration", "--net", f"{alias}:seq=x"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"argument --net: {alias}:seq=x (= {to}:seq=x): seq must be a number" in line, line
+    with pytest.raises(UsageError, match=f"; {alias} = {to};"):
+        load_network(alias + "x")  # an unknown name lists the aliases too

@@ -15,7 +15,7 @@ import pytest
 from helpers import run_cli, run_mpi
 
 from gdlbench import _core
-from gdlbench.composed.iteration import MESSAGE_KINDS, plan_messages
+from gdlbench.composed.iteration import MESSAGE_KINDS, NO_PROGRESS_SLOWDOWN, plan_messages
 from gdlbench.model.phases import plan_sharded
 from gdlbench.model.strategies import SHARDED, get_strategies
 from gdlbench.nets.network import load_network
@@ -177,6 +177,27 @@ def test_sharded_update_gives_the_replicated_parameters(nranks):
                 assert v["local_same"], key  # gathered after the update: whole on every rank
 
 
+def _check_contention_lines(text: str, by: dict) -> None:
+    """The printed contention lines against the JSON's pairs (by_strategy), exactly as far as they
+    are printed: each strategy on one line, its two slowdowns those of the JSON; the lines list
+    together the strategies whose rounds read the same pair (under load, when the messages hardly
+    overlap compute, several plans read (1, 1) and share a line), named by how they post."""
+    lines = re.findall(r"contention, measured with the messages of ([\w, -]+?) posted as (.+?) them: (\w+) "
+                       r"([\d.]+)x slower beside them, the messages (?:([\d.]+)x slower|(made next to no progress))", text)
+    named = [n for line in lines for n in line[0].split(", ")]
+    assert sorted(named) == sorted(by), (named, by)
+    for names, posted, lane, compute, messages, stalled in lines:
+        names = names.split(", ")
+        sharded = {n for n in names if n in SHARDED}
+        assert (posted, lane) == (("backward produces", "backward") if not sharded else
+                                  ("their iteration posts", "compute") if sharded == set(names) else
+                                  ("each strategy posts", "compute")), (names, posted, lane)
+        assert all(by[n] == by[names[0]] for n in names), (names, by)
+        pair = by[names[0]]
+        assert f"{pair['compute_slowdown']:.3f}" == compute, (names, pair, compute)
+        assert (f"{pair['comm_slowdown']:.3f}" == messages) if not stalled else pair["comm_slowdown"] >= NO_PROGRESS_SLOWDOWN / 2, pair
+
+
 def test_cli_measures_and_predicts_the_sharded_strategies(tmp_path):
     out = tmp_path / "sharded.json"
     p = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--no-io", "--strategy", "wfbp,sharded",
@@ -199,8 +220,10 @@ def test_cli_measures_and_predicts_the_sharded_strategies(tmp_path):
     text = " ".join(p.stdout.split())
     for name in ("zero2", "zero3", "fsdp"):  # read from its round, or priced as overlap efficiency says
         assert name in by or re.search(rf"contention of [^:]*\b{name}\b[^:]*: no round could be read", text)
-    if "zero3" in by:  # zero3 and fsdp send the same messages: one round, one pair
-        assert by["zero3"] == by["fsdp"] and "messages of zero3, fsdp posted as their iteration posts" in text
+    _check_contention_lines(text, by)
+    # zero3 and fsdp send the same messages here, priced alike: the same rounds, the same pair
+    assert plan_sharded(CONVNET, SHARDED["zero3"]) == plan_sharded(CONVNET, SHARDED["fsdp"])
+    assert ("zero3" in by) == ("fsdp" in by) and by.get("zero3") == by.get("fsdp")
     # the table: measured and the model's prediction per strategy, as for the all-reduce strategies
     assert "measured (ms)" in p.stdout and "predicted (ms)" in p.stdout
     for name in SHARDED:

@@ -55,7 +55,7 @@ sharded strategies' collectives (the same fields each); `load_comm_model` takes 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict
@@ -1219,34 +1219,42 @@ def _sharded_needs(plan: Sequence[dict[str, Any]], n_compute: int, nl: int) -> l
     return needs
 
 
-def _sharded_compute_spans(net: Network, strategy: Strategy, phases: Phases, io_exposed: float,
-                           cs: Sequence[tuple[float, float]], n: int, t_u: float) -> list[Span]:
-    """The read, the copy, forward's and backward's layers and the update of a sharded strategy
-    on the timeline; cs: the compute tasks' (start, end) from the start of forward."""
-    nl, t_io, t_h2d = len(net.layers), phases.io_us, phases.h2d_us
-    t0 = io_exposed + t_h2d
+def _sharded_clock(cs: Sequence[tuple[float, float]], nl: int, f0: float,
+                   io_beside: float) -> Callable[[float], float]:
+    """Where the timeline draws a time of the sharded schedule (from the start of forward): from
+    f0, forward's compute tasks (the first nl of cs) longer by the prefetched read's cost beside
+    them (io_beside, spread in proportion), everything else where it was, as _pass_spans draws an
+    all-reduce strategy's forward; a schedule with no forward time puts it before forward."""
+    fwd = [(s, e) for s, e in cs[:nl] if e > s]
+    busy = sum(e - s for s, e in fwd)
+    if busy <= 0:
+        return lambda x: f0 + io_beside + x
+    k = io_beside / busy
+    return lambda x: f0 + x + k * sum(max(0.0, min(e, x) - s) for s, e in fwd)
+
+
+def _sharded_compute_spans(net: Network, cs: Sequence[tuple[float, float]], n: int, t_u: float,
+                           at: Callable[[float], float]) -> list[Span]:
+    """Forward's and backward's layers and the update of a sharded strategy on the timeline; cs:
+    the compute tasks' (start, end) from the start of forward, drawn at at(time)."""
+    nl = len(net.layers)
     tl: list[Span] = []
-    if t_io > 0:
-        tl.append({"lane": "io", "name": "read the next batch (prefetch thread)" if strategy.io_prefetch
-                   else "read the batch", "start_us": io_exposed + t_h2d if strategy.io_prefetch else 0.0,
-                   "end_us": (io_exposed + t_h2d if strategy.io_prefetch else 0.0) + t_io})
-    if t_h2d > 0:
-        tl.append({"lane": "h2d", "name": "copy the batch", "start_us": io_exposed, "end_us": t0})
     order = list(range(nl)) + list(reversed(range(nl)))
     for k, (s, e) in enumerate(cs[:2 * nl]):
         if e > s:
             tl.append({"lane": "forward" if k < nl else "backward", "name": net.layers[order[k]].name,
-                       "start_us": t0 + s, "end_us": t0 + e})
+                       "start_us": at(s), "end_us": at(e)})
     if t_u > 0:
-        tl.append({"lane": "update", "name": f"update of 1/{n} of the parameters", "start_us": t0 + cs[-1][0],
-                   "end_us": t0 + cs[-1][1]})
+        tl.append({"lane": "update", "name": f"update of 1/{n} of the parameters", "start_us": at(cs[-1][0]),
+                   "end_us": at(cs[-1][1])})
     return tl
 
 
 def _sharded_messages(plan: Sequence[dict[str, Any]], cs: Sequence[tuple[float, float]],
-                      ms: Sequence[tuple[float, float]], b0: float, t0: float) -> tuple[list[Message], list[Span]]:
-    """The messages (times from backward's start b0) and their spans on the timeline (from t0,
-    forward's start); cs, ms: the compute and comm tasks' (start, end) from forward's start."""
+                      ms: Sequence[tuple[float, float]], b0: float,
+                      at: Callable[[float], float]) -> tuple[list[Message], list[Span]]:
+    """The messages (times from backward's start b0) and their spans on the timeline (drawn at
+    at(time)); cs, ms: the compute and comm tasks' (start, end) from forward's start."""
     messages: list[Message] = []
     tl: list[Span] = []
     for m, (s, e) in zip(plan, ms, strict=True):
@@ -1255,7 +1263,7 @@ def _sharded_messages(plan: Sequence[dict[str, Any]], cs: Sequence[tuple[float, 
                                      m["collective"], m["when"]))
         if e > s:
             label = f"{m['collective']} {m['when']} {message_label(m['layers'])}"
-            tl.append(MessageSpan(lane="comm", name=label, start_us=t0 + s, end_us=t0 + e, bytes=m["bytes"]))
+            tl.append(MessageSpan(lane="comm", name=label, start_us=at(s), end_us=at(e), bytes=m["bytes"]))
     return messages, tl
 
 
@@ -1293,8 +1301,11 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
     t_f, t_b, t_h2d = phases.forward_us, phases.backward_us, phases.h2d_us
     io_exposed, t_iter, io_beside = _io_exposure(phases, strategy, span)
     b0 = cs[nl][0] if nl < len(cs) else 0.0  # backward's start
-    tl = _sharded_compute_spans(net, strategy, phases, io_exposed, cs, n, t_u)
-    messages, comm_spans = _sharded_messages(plan, cs, ms, b0, io_exposed + t_h2d)
+    # the read, its wait and the copy as an all-reduce strategy draws them (_batch_spans)
+    tl, f0 = _batch_spans(strategy, phases.io_us, t_h2d, io_exposed, io_beside)
+    at = _sharded_clock(cs, nl, f0, io_beside)
+    tl += _sharded_compute_spans(net, cs, n, t_u, at)
+    messages, comm_spans = _sharded_messages(plan, cs, ms, b0, at)
     tl += comm_spans
     comm_exposed = span - t_f - t_b - t_u  # what communication (and contention) adds to compute
     if abs(comm_exposed) <= 1e-9 * max(1.0, span):  # the rounding of a sum, not a time

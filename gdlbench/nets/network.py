@@ -604,15 +604,17 @@ def load_network(net: str | Path | dict[str, Any] | Network) -> Network:
     if text.endswith((".json", ".py")) or "/" in text:
         return Network(_load_path(Path(text)), origin=text)
     base, colon, params = text.partition(":")
-    from .transformer import ALIASES
+    from .transformer import ALIASES, PARAMETRISED, with_params
 
-    if base in ALIASES:  # gpt2 = gpt2-small, as Hugging Face names it
-        return load_network(ALIASES[base] + colon + params)
+    resolved = ALIASES.get(base, base)  # gpt2 = gpt2-small, as Hugging Face names it
+    if resolved != base and not colon:
+        return Network(builtins[resolved](), origin=text)
+    # Errors name what the user typed, and for an alias what it stands for.
+    shown = text if resolved == base else f"{text} (= {resolved}{colon}{params})"
     if colon:  # a transformer with its parameters: gpt2-small:seq=128 (gdlbench/nets/transformer.py)
-        from .transformer import PARAMETRISED, with_params
-
-        if base not in PARAMETRISED:
-            raise UsageError(f"--net {text}: only {', '.join(PARAMETRISED)} take parameters (NAME:KEY=VALUE:...)")
-        return Network(with_params(base, params), origin=text)
-    raise UsageError(f"--net: unknown network {text!r} (built in: {', '.join(builtins)}; "
+        if resolved not in PARAMETRISED:
+            raise UsageError(f"--net {shown}: only {', '.join(PARAMETRISED)} take parameters (NAME:KEY=VALUE:...)")
+        return Network(with_params(resolved, params, shown), origin=text)
+    aliases = "".join(f"; {a} = {b}" for a, b in ALIASES.items())
+    raise UsageError(f"--net: unknown network {text!r} (built in: {', '.join(builtins)}{aliases}; "
                      "or a path to a .json spec)")

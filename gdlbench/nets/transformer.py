@@ -207,9 +207,10 @@ def _params(text: str, allowed: tuple[str, ...], origin: str) -> dict[str, Any]:
     return out
 
 
-def with_params(name: str, text: str) -> dict[str, Any]:
-    """The spec of built-in `name` with the parameters of 'k=v:...' (load_network's NAME:k=v)."""
-    origin = f"{name}:{text}"
+def with_params(name: str, text: str, origin: str | None = None) -> dict[str, Any]:
+    """The spec of built-in `name` with the parameters of 'k=v:...' (load_network's NAME:k=v);
+    errors name `origin` (what the user typed), by default NAME:TEXT."""
+    origin = origin or f"{name}:{text}"
     if name == "transformer":
         kw = _checked(_params(text, TRANSFORMER_KEYS, origin), f"--net {origin}")
         return gpt(name="transformer", **kw)
