@@ -20,12 +20,19 @@ Per net (torchvision's resnet50, and a GPT-2-style decoder built from torch.nn l
 5. beside them, gdlbench's own composed skeleton of the same net with the ddp preset (`gdlbench
    iteration --strategy ddp`, ResNet-50 only: gdlbench has no transformer layers yet).
 
+--strategies ddp,fsdp also holds PyTorch FSDP (FULL_SHARD, one unit per block; the gpt net) the same
+way: its job profiled once on 1 rank, the reduce-scatter and all-gather fitted on gloo beside the
+all-reduce (`gdlbench reduce_scatter|allgather --backend gloo --fit`), predicted with
+benchmarks/fsdp_gloo.json (FSDP's plan, every collective blocking as it does on CPU tensors; the fsdp
+preset's overlapped prediction beside it), the measured exposed communication the time its
+collectives ran while the job's thread ran no operator (import-trace's comm_blocked_us).
+
 Configurations: 1 rank; 2 ranks on one node (loopback); 2 nodes x 1 rank on the emulated cluster
 (scripts/emulated-cluster.sh, root) at each --rates rate. Run it with the python of a venv that
 has gdlbench, torch and torchvision (`pip install ".[torch]" torchvision`):
 
     sudo .venv/bin/python benchmarks/ddp_validation.py [--nets resnet50,gpt] [--rates 1gbit,200mbit]
-        [--batch 4] [--reps 2] [--steps 10] [--out DIR]
+        [--strategies ddp,fsdp] [--batch 4] [--reps 2] [--steps 10] [--out DIR]
 
 Prints one table per net (measured step, predicted step, error, exposed communication measured and
 predicted as a share of the step, the skeleton) and the goal's verdict: median |error| over the
