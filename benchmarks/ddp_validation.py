@@ -125,7 +125,35 @@ def measure_job(args: argparse.Namespace, net: str, config: str, out: Path, stra
     key = "exposed_comm_us" if strategy == "ddp" else "comm_blocked_us"
     return {"step_us": med, "spread": (max(medians) - min(medians)) / med,
             "exposed_us": statistics.median(getattr(s, key) for s in traced),
-            "traced_step_us": statistics.median(s.total_us for s in traced)}
+            "traced_step_us": statistics.median(s.total_us for s in traced),
+            "allgather_us": statistics.median(_on_link(s, "allgather") for s in traced),
+            "reduce_scatter_us": statistics.median(_on_link(s, "reduce_scatter") for s in traced)}
+
+
+def _on_link(step: StepPhases, collective: str) -> float:
+    """A profiled step's time on the communication threads for one collective's launches."""
+    return sum(m.end_us - m.start_us for m in step.messages if collective in m.name.replace("_base_", "")
+               and m.start_us is not None and m.end_us is not None)
+
+
+def components(measured: dict[str, Any], pred: dict[str, Any], phases: Path, fits: list[Path]) -> str:
+    """Where an FSDP prediction's error sits: the all-gathers', the reduce-scatters' time on the link
+    (the profiled steps' spans against the messages as predict prices them: plan_sharded's messages
+    of the imported net, each at its collective's fit) and the rest (the step less the communication
+    waited for: compute and FSDP's own work)."""
+    from gdlbench.model.phases import load_comm_model, plan_sharded, sharded_message_us
+    from gdlbench.model.strategies import load_strategy
+    from gdlbench.nets.network import load_network
+
+    net = load_network(json.loads(phases.read_text())["summary"]["network"])
+    comm = load_comm_model(fits)
+    priced = {c: sum(sharded_message_us(comm, c, m["bytes"], 2) for m in plan_sharded(net, load_strategy(FSDP_GLOO))
+                     if m["collective"] == c) for c in ("allgather", "reduce_scatter")}
+    rest_m = measured["step_us"] - measured["exposed_us"]
+    rest_p = pred["t_iter_us"] - pred["comm_wait_us"]
+    return (f"all-gathers {measured['allgather_us'] / 1e3:.0f} ms measured / {priced['allgather'] / 1e3:.0f} "
+            f"predicted, reduce-scatters {measured['reduce_scatter_us'] / 1e3:.0f} / "
+            f"{priced['reduce_scatter'] / 1e3:.0f}, the rest of the step {rest_m / 1e3:.0f} / {rest_p / 1e3:.0f} ms")
 
 
 def slug(config: str) -> str:
@@ -199,7 +227,7 @@ def run_net(args: argparse.Namespace, net: str, strategy: str, configs: list[str
           "| predicted | diff (% of step) | " + ("gdlbench skeleton, ddp (ms) |" if strategy == "ddp"
                                                else "fsdp preset, overlapped (ms) |"))
     print("|---|---|---|---|---|---|---|---|---|")
-    errors, comm_diffs, overhead = [], [], []
+    errors, comm_diffs, overhead, parts = [], [], [], []
     for config in configs:
         measured = measure_job(args, net, config, out, strategy)
         pred = predict(phases, model, config, fits, out)
@@ -210,6 +238,8 @@ def run_net(args: argparse.Namespace, net: str, strategy: str, configs: list[str
         comm_diffs.append(abs(diff))
         if strategy != "ddp":
             extra = f"{predict(phases, 'fsdp', config, fits, out)['t_iter_us'] / 1e3:.0f}"
+            if config in fits:
+                parts.append(f"{config}: {components(measured, pred, phases, fits[config])}")
         else:
             extra = "-" if net != "resnet50" or args.no_skeleton else f"{skeleton(args, config, out) / 1e3:.0f}"
         print(f"| {config} | {measured['step_us'] / 1e3:.0f} | {100 * measured['spread']:.1f} % | "
@@ -217,6 +247,8 @@ def run_net(args: argparse.Namespace, net: str, strategy: str, configs: list[str
               f"{pred['comm_wait_us'] / 1e3:.0f} ms | {100 * diff:+.1f} % | {extra} |", flush=True)
     print(f"\nthe profiled steps of each run against its unprofiled median (the profiler's cost, and the "
           f"run's drift): {', '.join(overhead)}")
+    if parts:
+        print("\nwhere the time goes (the profiled steps' medians against the prediction): " + "; ".join(parts))
     med, worst, comm_worst = statistics.median(errors), max(errors), max(comm_diffs)
     ok = med <= 0.05 and worst <= 0.10 and comm_worst <= 0.05
     print(f"\n{net} {strategy}: median |error| {100 * med:.1f} %, worst {100 * worst:.1f} %, exposed communication "
