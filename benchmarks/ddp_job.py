@@ -5,13 +5,15 @@ PyTorch's documented DDP loop (DataLoader, zero_grad, forward, loss, backward, S
 
     python benchmarks/ddp_job.py --net resnet50 --batch 4 --steps 12 --warmup 3 --json out.json
     python benchmarks/ddp_job.py --net gpt --profile 3 --trace trace.json   # a Kineto trace too
+    python benchmarks/ddp_job.py --net gpt --strategy fsdp ...   # FSDP FULL_SHARD, one unit per block
 
 Launch: one process per rank; rank and world size from RANK/WORLD_SIZE (torchrun) or from
 PMI_RANK/PMI_SIZE (mpiexec, scripts/emulated-cluster.sh); MASTER_ADDR (default 127.0.0.1) and
 MASTER_PORT (default 29512) for the rendezvous; GLOO_SOCKET_IFNAME names the interface where the
 launcher sets it. Step times: time.perf_counter around each whole step (data included), on every
 rank; a step's time is the slowest rank's. Writes (rank 0) the samples, median and spread, and
-DDP's own bucket sizes (its logging data) to --json.
+DDP's own bucket sizes (its logging data) to --json. --strategy fsdp / zero2 wraps the decoder in
+FSDP instead (wrap() below), the loop unchanged.
 """
 
 from __future__ import annotations
@@ -163,7 +165,8 @@ def main() -> None:
                            "clock": "time.perf_counter, whole step, slowest rank"},
                "params": sum(p.numel() for p in model.parameters()),
                "ddp": {k: logging.get(k) for k in ("bucket_sizes", "rebuilt_bucket_sizes", "bucket_cap_bytes",
-                                                   "rebuilt_per_bucket_param_indices", "gradient_as_bucket_view")}}
+                                                   "rebuilt_per_bucket_param_indices", "gradient_as_bucket_view")}
+               if args.strategy == "ddp" else None, "strategy": args.strategy}
         with open(args.json + ".tmp", "w") as f:
             json.dump(doc, f, indent=1)
         os.replace(args.json + ".tmp", args.json)

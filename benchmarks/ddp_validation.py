@@ -171,12 +171,16 @@ def fit(config: str, out: Path, args: argparse.Namespace) -> Path:
 def sharded_fits(config: str, out: Path, args: argparse.Namespace) -> list[Path]:
     """gloo's reduce-scatter and all-gather on the configuration's link, in the forms FSDP calls
     (gdlbench.primitives.gloo), fitted as the all-reduce is; no --beside-compute: FSDP's calls on
-    CPU tensors block the job's thread, so nothing runs beside them."""
+    CPU tensors block the job's thread, so nothing runs beside them. The buffers rotate over 128 MiB
+    (--rotate): FSDP gathers each unit into storage it has just allocated, never a buffer still in
+    cache (without it the sweep's fit took 12 MiB all-gathers at the cached regime's 7 ms, where the
+    job's took 20-50 ms: 2026-12-07, RESULTS section 8)."""
     paths = []
     for coll in ("reduce_scatter", "allgather"):
         path = out / f"fit-{coll}-{slug(config)}.json"
         launch(config, [GDL, coll, "--backend", "gloo", "-b", "256K", "-e", args.fit_max, "-f", "2", "--fit",
-                        "--fit-min", "256K", "--fit-regimes", "2", "-n", "8", "-w", "2", "--json", str(path)])
+                        "--fit-min", "256K", "--fit-regimes", "2", "-n", "8", "-w", "2", "--rotate", "128M",
+                        "--json", str(path)])
         paths.append(path)
     return paths
 
