@@ -131,9 +131,10 @@ def measure_job(args: argparse.Namespace, net: str, config: str, out: Path, stra
 
 
 def _on_link(step: StepPhases, collective: str) -> float:
-    """A profiled step's time on the communication threads for one collective's launches."""
-    return sum(m.end_us - m.start_us for m in step.messages if collective in m.name.replace("_base_", "")
-               and m.start_us is not None and m.end_us is not None)
+    """A profiled step's time in one collective's calls: its spans on the communication threads and
+    its launches' own spans on the job's thread (gloo's reduce-scatter clones its input there)."""
+    return sum(m.end_us - m.start_us + m.launch_dur_us for m in step.messages
+               if collective in m.name.replace("_base_", "") and m.start_us is not None and m.end_us is not None)
 
 
 def components(measured: dict[str, Any], pred: dict[str, Any], phases: Path, fits: list[Path]) -> str:

@@ -331,7 +331,8 @@ def test_import_fsdp_two_ranks_messages_and_blocked_comm(fsdp_two: Path) -> None
         assert sorted(gathers) == sorted(units + units[1:]) and gathers[0] == units[0]  # the root first
         assert scatters == list(reversed(units[1:])) + units[:1]
         assert all(m.start_us is not None and m.end_us is not None and m.start_us <= m.end_us for m in s.messages)
-        spans = sum(m.end_us - m.start_us for m in s.messages if m.end_us is not None and m.start_us is not None)
+        spans = sum(m.end_us - m.start_us + m.launch_dur_us for m in s.messages
+                    if m.end_us is not None and m.start_us is not None)
         assert 0 < s.comm_blocked_us <= spans + 1.0
         assert s.exposed_comm_us < s.comm_blocked_us  # waited inside forward and backward, not after
 

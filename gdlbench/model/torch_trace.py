@@ -112,6 +112,7 @@ class TracedMessage:
     launch_us: float
     start_us: float | None
     end_us: float | None
+    launch_dur_us: float = 0.0  # the launch op's own span on the job's thread (gloo's reduce-scatter clones its input there)
 
 
 @dataclass
@@ -386,9 +387,13 @@ def _message_bytes(e: dict[str, Any], path: str, world: int) -> int:
 
 
 def _blocked(inside: Sequence[dict[str, Any]], main: Any, s0: float, s1: float) -> float:
-    """The time in [s0, s1] that communication spans run while the job's thread runs no operator."""
-    comm = sorted((e for e in inside if e["name"] in COMM_SPANS), key=lambda e: e["ts"])
-    ops = _top_level([e for e in inside if e.get("tid") == main and e["name"].startswith("aten::")])
+    """The time in [s0, s1] that communication runs (its spans, and the launch ops on the job's
+    thread: gloo's reduce-scatter clones its input there) while the job's thread runs no other
+    operator."""
+    launches = [e for e in inside if e.get("tid") == main and e["name"] in LAUNCH_OPS]
+    comm = sorted((e for e in inside if e["name"] in COMM_SPANS or e in launches), key=lambda e: e["ts"])
+    ops = _top_level([e for e in inside if e.get("tid") == main and e["name"].startswith("aten::")
+                      and not any(_inside(e, c["ts"], c["ts"] + c["dur"]) for c in launches)])
     total, edge = 0.0, s0
     for c in comm:
         a, b = max(c["ts"], edge), min(c["ts"] + c["dur"], s1)
@@ -439,7 +444,7 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int,
         run = runs.get(id(e))
         messages.append(TracedMessage(e["name"], nbytes, e["ts"] - b0,
                                       None if run is None else run["ts"] - b0,
-                                      None if run is None else run["ts"] + run["dur"] - b0))
+                                      None if run is None else run["ts"] + run["dur"] - b0, e["dur"]))
     recorded = sorted(e["ts"] for e in inside if e["name"] not in COMM_SPANS)  # the communication threads' aside
     in_data = sum(1 for e in inside if any(_inside(e, d["ts"], d["ts"] + d["dur"]) for d in data))
     in_copies = sum(1 for e in inside if any(_inside(e, c["ts"], c["ts"] + c["dur"]) for c in copies))
