@@ -27,8 +27,9 @@ writes (".json" or ".json.gz"). Per profiled step (a `ProfilerStep#N` span of th
 - messages: the collectives the job launched (`c10d::allreduce_`; FSDP's `c10d::allgather_` and
   `c10d::_reduce_scatter_base_`; their sizes, the whole buffer) and their spans on the communication
   threads (`gloo:all_reduce`, `gloo:all_gather`, the nccl ones);
-- comm_blocked: the time in the step that a communication span runs while the job's thread runs
-  no operator (`aten::`): the communication the job waited for, wherever it waited (DDP: after
+- comm_blocked: the time in the step that communication runs (its spans, and the launch ops' own
+  spans on the job's thread: gloo's reduce-scatter clones its whole input there) while the job's
+  thread runs no other operator (`aten::`): the communication the job waited for, wherever it waited (DDP: after
   backward; FSDP on CPU tensors, whose collectives block where they are issued: in forward and
   backward too).
 
