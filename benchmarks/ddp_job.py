@@ -5,13 +5,15 @@ PyTorch's documented DDP loop (DataLoader, zero_grad, forward, loss, backward, S
 
     python benchmarks/ddp_job.py --net resnet50 --batch 4 --steps 12 --warmup 3 --json out.json
     python benchmarks/ddp_job.py --net gpt --profile 3 --trace trace.json   # a Kineto trace too
+    python benchmarks/ddp_job.py --net gpt --strategy fsdp ...   # FSDP FULL_SHARD, one unit per block
 
 Launch: one process per rank; rank and world size from RANK/WORLD_SIZE (torchrun) or from
 PMI_RANK/PMI_SIZE (mpiexec, scripts/emulated-cluster.sh); MASTER_ADDR (default 127.0.0.1) and
 MASTER_PORT (default 29512) for the rendezvous; GLOO_SOCKET_IFNAME names the interface where the
 launcher sets it. Step times: time.perf_counter around each whole step (data included), on every
 rank; a step's time is the slowest rank's. Writes (rank 0) the samples, median and spread, and
-DDP's own bucket sizes (its logging data) to --json.
+DDP's own bucket sizes (its logging data) to --json. --strategy fsdp / zero2 wraps the decoder in
+FSDP instead (wrap() below), the loop unchanged.
 """
 
 from __future__ import annotations
@@ -72,6 +74,25 @@ def build(args: argparse.Namespace) -> tuple[nn.Module, torch.utils.data.Dataset
     return model, torch.utils.data.TensorDataset(images, torch.randint(0, 1000, (n,), generator=g))
 
 
+def wrap(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+    """DDP, or FSDP as benchmarks/memory_validation.py wraps it: one FSDP unit per transformer
+    block (ModuleWrapPolicy on the block class, what transformer_auto_wrap_policy does) and the root
+    unit for the rest (embeddings, final norm, tied head), forward_prefetch, BACKWARD_PRE;
+    FULL_SHARD (fsdp) or SHARD_GRAD_OP (zero2). The nets but gpt have no block class: DDP only."""
+    if args.strategy == "ddp":
+        kwargs = {} if args.bucket_cap_mb is None else {"bucket_cap_mb": args.bucket_cap_mb}
+        return nn.parallel.DistributedDataParallel(model, **kwargs)
+    if args.net != "gpt":
+        raise SystemExit(f"--strategy {args.strategy}: the gpt net only (its blocks are the FSDP units)")
+    from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    sharding = ShardingStrategy.FULL_SHARD if args.strategy == "fsdp" else ShardingStrategy.SHARD_GRAD_OP
+    return FSDP(model, sharding_strategy=sharding, auto_wrap_policy=ModuleWrapPolicy({nn.TransformerEncoderLayer}),
+                device_id=torch.device("cpu"), forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--net", default="resnet50", help="a torchvision model name, or gpt (the decoder above)")
@@ -84,6 +105,8 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=16384)
     p.add_argument("--steps", type=int, default=12, help="timed steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (DDP rebuilds its buckets after one)")
+    p.add_argument("--strategy", choices=("ddp", "fsdp", "zero2"), default="ddp",
+                   help="DDP, or FSDP FULL_SHARD (fsdp) / SHARD_GRAD_OP (zero2) with one unit per block (gpt only)")
     p.add_argument("--bucket-cap-mb", type=float, help="DDP's bucket_cap_mb (default: DDP's own, 25)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--profile", type=int, default=0, help="after the timed steps, profile this many steps")
@@ -98,8 +121,7 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:"
                             f"{os.environ.get('MASTER_PORT', '29512')}", rank=rank, world_size=world)
     model, data = build(args)
-    kwargs = {} if args.bucket_cap_mb is None else {"bucket_cap_mb": args.bucket_cap_mb}
-    ddp = nn.parallel.DistributedDataParallel(model, **kwargs)
+    ddp = wrap(model, args)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loader = iter(torch.utils.data.DataLoader(data, batch_size=args.batch))
     loss_fn = nn.CrossEntropyLoss()
@@ -133,7 +155,7 @@ def main() -> None:
             for _ in range(args.profile + 1):
                 step()
                 prof.step()
-    logging = ddp._get_ddp_logging_data()
+    logging = ddp._get_ddp_logging_data() if args.strategy == "ddp" else {}
     if rank == 0 and args.json and args.steps > 0:
         samples = slowest.tolist()
         med = statistics.median(samples)
@@ -143,7 +165,8 @@ def main() -> None:
                            "clock": "time.perf_counter, whole step, slowest rank"},
                "params": sum(p.numel() for p in model.parameters()),
                "ddp": {k: logging.get(k) for k in ("bucket_sizes", "rebuilt_bucket_sizes", "bucket_cap_bytes",
-                                                   "rebuilt_per_bucket_param_indices", "gradient_as_bucket_view")}}
+                                                   "rebuilt_per_bucket_param_indices", "gradient_as_bucket_view")}
+               if args.strategy == "ddp" else None, "strategy": args.strategy}
         with open(args.json + ".tmp", "w") as f:
             json.dump(doc, f, indent=1)
         os.replace(args.json + ".tmp", args.json)

@@ -20,12 +20,19 @@ Per net (torchvision's resnet50, and a GPT-2-style decoder built from torch.nn l
 5. beside them, gdlbench's own composed skeleton of the same net with the ddp preset (`gdlbench
    iteration --strategy ddp`, ResNet-50 only: gdlbench has no transformer layers yet).
 
+--strategies ddp,fsdp also holds PyTorch FSDP (FULL_SHARD, one unit per block; the gpt net) the same
+way: its job profiled once on 1 rank, the reduce-scatter and all-gather fitted on gloo beside the
+all-reduce (`gdlbench reduce_scatter|allgather --backend gloo --fit`), predicted with
+benchmarks/fsdp_gloo.json (FSDP's plan, every collective blocking as it does on CPU tensors; the fsdp
+preset's overlapped prediction beside it), the measured exposed communication the time its
+collectives ran while the job's thread ran no operator (import-trace's comm_blocked_us).
+
 Configurations: 1 rank; 2 ranks on one node (loopback); 2 nodes x 1 rank on the emulated cluster
 (scripts/emulated-cluster.sh, root) at each --rates rate. Run it with the python of a venv that
 has gdlbench, torch and torchvision (`pip install ".[torch]" torchvision`):
 
     sudo .venv/bin/python benchmarks/ddp_validation.py [--nets resnet50,gpt] [--rates 1gbit,200mbit]
-        [--batch 4] [--reps 2] [--steps 10] [--out DIR]
+        [--strategies ddp,fsdp] [--batch 4] [--reps 2] [--steps 10] [--out DIR]
 
 Prints one table per net (measured step, predicted step, error, exposed communication measured and
 predicted as a share of the step, the skeleton) and the goal's verdict: median |error| over the
@@ -78,8 +85,8 @@ def launch(config: str, cmd: list[str], timeout: float = 3600) -> str:
     return next((ln for ln in p.stderr.splitlines() if ln.startswith("emulated-cluster:")), "")
 
 
-def job_args(args: argparse.Namespace, net: str) -> list[str]:
-    return [PY, JOB, "--net", net, "--batch", str(args.batch), *args.job_args.split()]
+def job_args(args: argparse.Namespace, net: str, strategy: str = "ddp") -> list[str]:
+    return [PY, JOB, "--net", net, "--batch", str(args.batch), "--strategy", strategy, *args.job_args.split()]
 
 
 def gdl_json(cmd: list[str], path: Path) -> dict[str, Any]:
@@ -93,28 +100,61 @@ def ranks(config: str) -> int:
     return 1 if config == "1 rank" else 2
 
 
-def measure_job(args: argparse.Namespace, net: str, config: str, out: Path) -> dict[str, Any]:
+def measure_job(args: argparse.Namespace, net: str, config: str, out: Path, strategy: str = "ddp") -> dict[str, Any]:
     """The real job: --reps runs, each ending with --profile-steps profiled steps; the exposed
     communication is the median over the profiled steps of every run (one step's swings by 20-30 %
-    of itself: the link-bound part splits between a slower backward and a shorter wait)."""
+    of itself: the link-bound part splits between a slower backward and a shorter wait). DDP's is
+    the wait after backward; FSDP's (whose collectives block where they are issued, forward and
+    backward) the time its communication spans ran while the job's thread ran no operator."""
     steps: list[float] = []
     medians: list[float] = []
     traced: list[StepPhases] = []
+    tag = net if strategy == "ddp" else f"{net}-{strategy}"
     for rep in range(args.reps):
-        path = out / f"job-{net}-{slug(config)}-{rep}.json"
-        trace = out / f"trace-{net}-{slug(config)}-{rep}.json"
-        launch(config, [*job_args(args, net), "--steps", str(args.steps), "--warmup", str(args.warmup),
+        path = out / f"job-{tag}-{slug(config)}-{rep}.json"
+        trace = out / f"trace-{tag}-{slug(config)}-{rep}.json"
+        launch(config, [*job_args(args, net, strategy), "--steps", str(args.steps), "--warmup", str(args.warmup),
                         "--json", str(path), "--profile", str(args.profile_steps), "--trace", str(trace)])
         doc = json.loads(path.read_text())
         steps += doc["step_us"]["samples"]
         medians.append(doc["step_us"]["median"])
         traced += import_trace(trace, batch=args.batch).steps
-    gdl_json(["import-trace", str(out / f"trace-{net}-{slug(config)}-0.json"), "--batch", str(args.batch)],
-             out / f"imported-{net}-{slug(config)}.json")  # the first run's, as a user would see it
+    gdl_json(["import-trace", str(out / f"trace-{tag}-{slug(config)}-0.json"), "--batch", str(args.batch)],
+             out / f"imported-{tag}-{slug(config)}.json")  # the first run's, as a user would see it
     med = statistics.median(steps)
+    key = "exposed_comm_us" if strategy == "ddp" else "comm_blocked_us"
     return {"step_us": med, "spread": (max(medians) - min(medians)) / med,
-            "exposed_us": statistics.median(s.exposed_comm_us for s in traced),
-            "traced_step_us": statistics.median(s.total_us for s in traced)}
+            "exposed_us": statistics.median(getattr(s, key) for s in traced),
+            "traced_step_us": statistics.median(s.total_us for s in traced),
+            "allgather_us": statistics.median(_on_link(s, "allgather") for s in traced),
+            "reduce_scatter_us": statistics.median(_on_link(s, "reduce_scatter") for s in traced)}
+
+
+def _on_link(step: StepPhases, collective: str) -> float:
+    """A profiled step's time in one collective's calls: its spans on the communication threads and
+    its launches' own spans on the job's thread (gloo's reduce-scatter clones its input there)."""
+    return sum(m.end_us - m.start_us + m.launch_dur_us for m in step.messages
+               if collective in m.name.replace("_base_", "") and m.start_us is not None and m.end_us is not None)
+
+
+def components(measured: dict[str, Any], pred: dict[str, Any], phases: Path, fits: list[Path]) -> str:
+    """Where an FSDP prediction's error sits: the all-gathers', the reduce-scatters' time on the link
+    (the profiled steps' spans against the messages as predict prices them: plan_sharded's messages
+    of the imported net, each at its collective's fit) and the rest (the step less the communication
+    waited for: compute and FSDP's own work)."""
+    from gdlbench.model.phases import load_comm_model, plan_sharded, sharded_message_us
+    from gdlbench.model.strategies import load_strategy
+    from gdlbench.nets.network import load_network
+
+    net = load_network(json.loads(phases.read_text())["summary"]["network"])
+    comm = load_comm_model(fits)
+    priced = {c: sum(sharded_message_us(comm, c, m["bytes"], 2) for m in plan_sharded(net, load_strategy(FSDP_GLOO))
+                     if m["collective"] == c) for c in ("allgather", "reduce_scatter")}
+    rest_m = measured["step_us"] - measured["exposed_us"]
+    rest_p = pred["t_iter_us"] - pred["comm_wait_us"]
+    return (f"all-gathers {measured['allgather_us'] / 1e3:.0f} ms measured / {priced['allgather'] / 1e3:.0f} "
+            f"predicted, reduce-scatters {measured['reduce_scatter_us'] / 1e3:.0f} / "
+            f"{priced['reduce_scatter'] / 1e3:.0f}, the rest of the step {rest_m / 1e3:.0f} / {rest_p / 1e3:.0f} ms")
 
 
 def slug(config: str) -> str:
@@ -129,6 +169,23 @@ def fit(config: str, out: Path, args: argparse.Namespace) -> Path:
     return path
 
 
+def sharded_fits(config: str, out: Path, args: argparse.Namespace) -> list[Path]:
+    """gloo's reduce-scatter and all-gather on the configuration's link, in the forms FSDP calls
+    (gdlbench.primitives.gloo), fitted as the all-reduce is; no --beside-compute: FSDP's calls on
+    CPU tensors block the job's thread, so nothing runs beside them. The buffers rotate over 128 MiB
+    (--rotate): FSDP gathers each unit into storage it has just allocated, never a buffer still in
+    cache (without it the sweep's fit took 12 MiB all-gathers at the cached regime's 7 ms, where the
+    job's took 20-50 ms: 2026-12-07, RESULTS section 8)."""
+    paths = []
+    for coll in ("reduce_scatter", "allgather"):
+        path = out / f"fit-{coll}-{slug(config)}.json"
+        launch(config, [GDL, coll, "--backend", "gloo", "-b", "256K", "-e", args.fit_max, "-f", "2", "--fit",
+                        "--fit-min", "256K", "--fit-regimes", "2", "-n", "8", "-w", "2", "--rotate", "128M",
+                        "--json", str(path)])
+        paths.append(path)
+    return paths
+
+
 def skeleton(args: argparse.Namespace, config: str, out: Path) -> float:
     path = out / f"skeleton-{slug(config)}.json"
     launch(config, [GDL, "iteration", "--net", "resnet50", "--batch", str(args.batch), "--strategy", "ddp",
@@ -137,69 +194,103 @@ def skeleton(args: argparse.Namespace, config: str, out: Path) -> float:
     return float(doc["summary"]["measured_us"]["ddp"])
 
 
+FSDP_GLOO = str(ROOT / "benchmarks" / "fsdp_gloo.json")
+
+
+def profile_once(args: argparse.Namespace, net: str, strategy: str, out: Path) -> Path:
+    """Profiles the job on 1 rank and imports the trace with the step time its own log gives."""
+    tag = net if strategy == "ddp" else f"{net}-{strategy}"
+    trace, logged = out / f"profile-{tag}.json", out / f"profile-{tag}-steps.json"
+    launch("1 rank", [*job_args(args, net, strategy), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                      "--profile", "5", "--trace", str(trace), "--json", str(logged)])
+    step_ms = json.loads(logged.read_text())["step_us"]["median"] / 1e3  # the job's log: its step unprofiled
+    phases = out / f"phases-{tag}.json"
+    gdl_json(["import-trace", str(trace), "--batch", str(args.batch), "--name", net, "--step-ms",
+              f"{step_ms:.3f}"], phases)
+    return phases
+
+
+def predict(phases: Path, strategy: str, config: str, fits: dict[str, list[Path]], out: Path) -> dict[str, Any]:
+    cmd = ["predict", "--phases", str(phases), "--strategy", strategy, "--workers", str(ranks(config))]
+    if config in fits:
+        cmd += ["--from", ",".join(map(str, fits[config]))]
+    else:
+        cmd += ["--alpha", "0", "--beta", "0"]
+    name = Path(strategy).stem
+    return dict(gdl_json(cmd, out / f"predict-{phases.stem}-{name}-{slug(config)}.json")["rows"][0])
+
+
+def run_net(args: argparse.Namespace, net: str, strategy: str, configs: list[str],
+            fits: dict[str, list[Path]], out: Path) -> bool:
+    """One net and job strategy: its table and the goal's verdict. fsdp is predicted as it runs on
+    gloo (benchmarks/fsdp_gloo.json: nothing overlaps), the fsdp preset (overlapped, as on GPUs) beside it."""
+    phases = profile_once(args, net, strategy, out)
+    model = "ddp" if strategy == "ddp" else FSDP_GLOO
+    print(f"\n## {net}, {strategy}, batch {args.batch} per rank, 1 torch thread per rank; profiled once on 1 "
+          f"rank (5 steps), every row predicted from that trace ({Path(model).stem})", flush=True)
+    print("| configuration | measured step (ms) | spread | predicted (ms) | error | exposed comm measured "
+          "| predicted | diff (% of step) | " + ("gdlbench skeleton, ddp (ms) |" if strategy == "ddp"
+                                               else "fsdp preset, overlapped (ms) |"))
+    print("|---|---|---|---|---|---|---|---|---|")
+    errors, comm_diffs, overhead, parts = [], [], [], []
+    for config in configs:
+        measured = measure_job(args, net, config, out, strategy)
+        pred = predict(phases, model, config, fits, out)
+        err = (pred["t_iter_us"] - measured["step_us"]) / measured["step_us"]
+        diff = (pred["comm_wait_us"] - measured["exposed_us"]) / measured["step_us"]
+        overhead.append(f"{config} {100 * (measured['traced_step_us'] / measured['step_us'] - 1):+.1f} %")
+        errors.append(abs(err))
+        comm_diffs.append(abs(diff))
+        if strategy != "ddp":
+            extra = f"{predict(phases, 'fsdp', config, fits, out)['t_iter_us'] / 1e3:.0f}"
+            if config in fits:
+                parts.append(f"{config}: {components(measured, pred, phases, fits[config])}")
+        else:
+            extra = "-" if net != "resnet50" or args.no_skeleton else f"{skeleton(args, config, out) / 1e3:.0f}"
+        print(f"| {config} | {measured['step_us'] / 1e3:.0f} | {100 * measured['spread']:.1f} % | "
+              f"{pred['t_iter_us'] / 1e3:.0f} | {100 * err:+.1f} % | {measured['exposed_us'] / 1e3:.0f} ms | "
+              f"{pred['comm_wait_us'] / 1e3:.0f} ms | {100 * diff:+.1f} % | {extra} |", flush=True)
+    print(f"\nthe profiled steps of each run against its unprofiled median (the profiler's cost, and the "
+          f"run's drift): {', '.join(overhead)}")
+    if parts:
+        print("\nwhere the time goes (the profiled steps' medians against the prediction): " + "; ".join(parts))
+    med, worst, comm_worst = statistics.median(errors), max(errors), max(comm_diffs)
+    ok = med <= 0.05 and worst <= 0.10 and comm_worst <= 0.05
+    print(f"\n{net} {strategy}: median |error| {100 * med:.1f} %, worst {100 * worst:.1f} %, exposed communication "
+          f"worst {100 * comm_worst:.1f} % of the step: goal (5 % / 10 % / 5 %) {'met' if ok else 'NOT met'}")
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nets", default="resnet50,gpt")
-    ap.add_argument("--rates", default="1gbit,200mbit")
+    ap.add_argument("--strategies", default="ddp", help="the jobs' strategies: ddp, fsdp (gpt only), or both")
+    ap.add_argument("--rates", default="1gbit,200mbit", help="the emulated cluster's rates ('' for none)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--profile-steps", type=int, default=3, help="profiled steps at the end of every run")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--job-args", default="", help="more options for ddp_job.py (e.g. the decoder's sizes)")
-    ap.add_argument("--fit-max", default="64M", help="the largest all-reduce of the fits' sweep")
+    ap.add_argument("--fit-max", default="64M", help="the largest message of the fits' sweep")
     ap.add_argument("--no-skeleton", action="store_true", help="leave out gdlbench's own composed skeleton")
     ap.add_argument("--out", help="keep every JSON here (default: a temporary folder)")
     args = ap.parse_args()
     for name in ("batch", "reps", "steps", "profile_steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    strategies = args.strategies.split(",")
+    if set(strategies) - {"ddp", "fsdp"}:
+        ap.error("--strategies: ddp and/or fsdp")
     out = Path(args.out or tempfile.mkdtemp(prefix="ddp-validation-"))
     out.mkdir(parents=True, exist_ok=True)
-    configs = ["1 rank", "2 ranks, 1 node"] + [f"2 x 1 at {r}" for r in args.rates.split(",")]
+    configs = ["1 rank", "2 ranks, 1 node"] + [f"2 x 1 at {r}" for r in args.rates.split(",") if r]
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    fits = {c: fit(c, out, args) for c in configs if ranks(c) > 1}
+    fits = {c: [fit(c, out, args)] + (sharded_fits(c, out, args) if "fsdp" in strategies else [])
+            for c in configs if ranks(c) > 1}
     print(f"# {start}; JSON in {out}", flush=True)
-    verdicts = []
-    for net in args.nets.split(","):
-        trace = out / f"profile-{net}.json"
-        logged = out / f"profile-{net}-steps.json"
-        launch("1 rank", [*job_args(args, net), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                          "--profile", "5", "--trace", str(trace), "--json", str(logged)])
-        step_ms = json.loads(logged.read_text())["step_us"]["median"] / 1e3  # the job's log: its step unprofiled
-        phases = out / f"phases-{net}.json"
-        gdl_json(["import-trace", str(trace), "--batch", str(args.batch), "--name", net, "--step-ms",
-                  f"{step_ms:.3f}"], phases)
-        print(f"\n## {net}, batch {args.batch} per rank, 1 torch thread per rank; profiled once on 1 rank "
-              f"(5 steps), every row predicted from that trace", flush=True)
-        print("| configuration | measured step (ms) | spread | predicted (ms) | error | exposed comm measured "
-              "| predicted | diff (% of step) | gdlbench skeleton, ddp (ms) |")
-        print("|---|---|---|---|---|---|---|---|---|")
-        errors, comm_diffs, overhead = [], [], []
-        for config in configs:
-            measured = measure_job(args, net, config, out)
-            cmd = ["predict", "--phases", str(phases), "--strategy", "ddp", "--workers", str(ranks(config))]
-            if config in fits:
-                cmd += ["--from", str(fits[config])]
-            else:
-                cmd += ["--alpha", "0", "--beta", "0"]
-            pred = gdl_json(cmd, out / f"predict-{net}-{slug(config)}.json")["rows"][0]
-            err = (pred["t_iter_us"] - measured["step_us"]) / measured["step_us"]
-            diff = (pred["comm_wait_us"] - measured["exposed_us"]) / measured["step_us"]
-            overhead.append(f"{config} {100 * (measured['traced_step_us'] / measured['step_us'] - 1):+.1f} %")
-            errors.append(abs(err))
-            comm_diffs.append(abs(diff))
-            skel = "-" if net != "resnet50" or args.no_skeleton else f"{skeleton(args, config, out) / 1e3:.0f}"
-            print(f"| {config} | {measured['step_us'] / 1e3:.0f} | {100 * measured['spread']:.1f} % | "
-                  f"{pred['t_iter_us'] / 1e3:.0f} | {100 * err:+.1f} % | {measured['exposed_us'] / 1e3:.0f} ms | "
-                  f"{pred['comm_wait_us'] / 1e3:.0f} ms | {100 * diff:+.1f} % | {skel} |", flush=True)
-        print(f"\nthe profiled steps of each run against its unprofiled median (the profiler's cost, and the "
-              f"run's drift): {', '.join(overhead)}")
-        med, worst, comm_worst = statistics.median(errors), max(errors), max(comm_diffs)
-        ok = med <= 0.05 and worst <= 0.10 and comm_worst <= 0.05
-        verdicts.append(ok)
-        print(f"\n{net}: median |error| {100 * med:.1f} %, worst {100 * worst:.1f} %, exposed communication "
-              f"worst {100 * comm_worst:.1f} % of the step: goal (5 % / 10 % / 5 %) {'met' if ok else 'NOT met'}")
+    verdicts = [run_net(args, net, strategy, configs, fits, out) for net in args.nets.split(",")
+                for strategy in strategies if strategy == "ddp" or net == "gpt"]
     print(f"\n# {start} - {time.strftime('%H:%M:%S UTC', time.gmtime())}")
     sys.exit(0 if all(verdicts) else 1)
 

@@ -22,6 +22,7 @@ from gdlbench.model.torch_trace import import_trace
 from gdlbench.nets.network import load_network
 
 JOB = Path(__file__).parent / "torchjobs" / "mlp_ddp.py"
+FSDP_JOB = Path(__file__).parent / "torchjobs" / "mlp_fsdp.py"
 
 
 def _torch():
@@ -38,11 +39,11 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run_job(out: Path, world: int, *extra: str) -> Path:
+def _run_job(out: Path, world: int, *extra: str, job: Path = JOB) -> Path:
     _torch()
     out.mkdir(parents=True, exist_ok=True)
     port = str(_port())
-    procs = [subprocess.Popen([sys.executable, str(JOB), str(out), *extra],
+    procs = [subprocess.Popen([sys.executable, str(job), str(out), *extra],
                               env=mpi_env() | {"RANK": str(r), "WORLD_SIZE": str(world), "MASTER_PORT": port},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
     for p in procs:
@@ -243,8 +244,31 @@ def test_gloo_usage_errors() -> None:
                         (("--backend", "glue", "--size", "1M"), "expected auto, mpi, nccl or gloo")):
         r = run_cli("allreduce", *args)
         assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
-    r = run_cli("reduce_scatter", "--backend", "gloo", "--size", "1M", nranks=2)
-    assert r.returncode == 2 and "gloo times allreduce, broadcast" in r.stderr
+    from gdlbench.common.errors import UsageError
+    from gdlbench.primitives import gloo
+
+    with pytest.raises(UsageError, match="gloo times allreduce, broadcast, reduce_scatter, allgather, not alltoall"):
+        gloo.bench("alltoall", 4, "float32", None, 0, 1, 1, 1, 10.0, 0, None)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("coll", ["reduce_scatter", "allgather"])
+def test_gloo_reduce_scatter_and_allgather_exact_and_fit(tmp_path: Path, coll: str) -> None:
+    """FSDP's forms on gloo (reduce_scatter_tensor; all_gather into views of one buffer), every
+    element checked exactly, fitted as the all-reduce is."""
+    _torch()
+    out = tmp_path / "g.json"
+    # up to 16 MiB and 6 iterations a size, as the all-reduce's test (a smaller sweep on a loaded
+    # machine once fitted beta = 0)
+    r = run_cli(coll, "--backend", "gloo", "-b", "64K", "-e", "16M", "-f", "4", "--fit", "--fit-regimes", "1",
+                "-n", "6", "-w", "1", "--json", str(out), nranks=2, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["backend"] == "gloo"
+    assert [row["size_bytes"] for row in doc["rows"]] == [65536, 262144, 1048576, 4194304, 16777216]
+    assert [row["wrong"] for row in doc["rows"]] == [0] * 5 and all(row["time_us"] > 0 for row in doc["rows"])
+    fit = doc["summary"]["fit"][0]
+    assert fit["algo"] == coll and fit["beta_us_per_byte"] > 0
 
 
 def test_comm_wait_is_the_idle_time_after_backward() -> None:
@@ -262,3 +286,74 @@ def test_comm_wait_is_the_idle_time_after_backward() -> None:
     assert shared.comm_exposed_us > shared.comm_wait_us >= 0
     assert shared.t_iter_us == pytest.approx(phases.h2d_us + phases.io_us + phases.forward_us + phases.backward_us
                                              + shared.comm_exposed_us + phases.update_us)
+
+
+@pytest.fixture(scope="module")
+def fsdp_one(tmp_path_factory) -> Path:
+    return _run_job(tmp_path_factory.mktemp("fsdp1"), 1, job=FSDP_JOB)
+
+
+@pytest.fixture(scope="module")
+def fsdp_two(tmp_path_factory) -> Path:
+    return _run_job(tmp_path_factory.mktemp("fsdp2"), 2, job=FSDP_JOB)
+
+
+def test_import_fsdp_one_rank_units_are_the_jobs(fsdp_one: Path, one_rank: Path) -> None:
+    """An FSDP job's gradients are its units' flat parameters: the net predict shards has the job's
+    units, the root (ready last) in no block and kept, the blocks gathered."""
+    from gdlbench.model.phases import plan_sharded, shard_units
+    from gdlbench.model.strategies import SHARDED
+
+    t = import_trace(fsdp_one / "trace-0.json", batch=16)
+    units = json.loads((fsdp_one / "units.json").read_text())["units"]  # root first, then the blocks
+    assert t.fsdp and t.world_size == 1 and any("FSDP job" in n for n in t.notes)
+    assert [g.bytes // 4 for g in t.gradients] == list(reversed(units[1:])) + units[:1]
+    net = load_network(t.network_spec())
+    got = shard_units(net)
+    assert [(u.params, u.root) for u in got] == [(units[0], True)] + [(n, False) for n in units[1:]]
+    plan = plan_sharded(net, SHARDED["fsdp"])
+    gathers = [m["bytes"] // 4 for m in plan if m["collective"] == "allgather"]
+    assert sorted(gathers) == sorted(units + units[1:])  # forward every unit, backward all but the root
+    assert t.phases_doc()["summary"]["fsdp"] is True
+    ddp = import_trace(one_rank / "trace-0.json", batch=16)  # a DDP job's: a gradient per parameter, no units
+    assert not ddp.fsdp and all("block" not in lay for lay in ddp.network_spec()["layers"])
+
+
+def test_import_fsdp_two_ranks_messages_and_blocked_comm(fsdp_two: Path) -> None:
+    """On 2 ranks: FSDP's all-gathers (list form on CPU tensors) and reduce-scatters, each the whole
+    unit's bytes, paired with gloo's spans; its communication blocks the job's thread."""
+    t = import_trace(fsdp_two / "trace-0.json", batch=16)
+    units = json.loads((fsdp_two / "units.json").read_text())["units"]
+    assert t.fsdp and t.world_size == 2
+    for s in t.steps:
+        gathers = [m.bytes // 4 for m in s.messages if m.name == "c10d::allgather_"]
+        scatters = [m.bytes // 4 for m in s.messages if m.name == "c10d::_reduce_scatter_base_"]
+        assert sorted(gathers) == sorted(units + units[1:]) and gathers[0] == units[0]  # the root first
+        assert scatters == list(reversed(units[1:])) + units[:1]
+        assert all(m.start_us is not None and m.end_us is not None and m.start_us <= m.end_us for m in s.messages)
+        spans = sum(m.end_us - m.start_us + m.launch_dur_us for m in s.messages
+                    if m.end_us is not None and m.start_us is not None)
+        assert 0 < s.comm_blocked_us <= spans + 1.0
+        assert s.exposed_comm_us < s.comm_blocked_us  # waited inside forward and backward, not after
+
+
+def test_blocking_strategy_serialises_every_message() -> None:
+    """Strategy.blocking (FSDP on CPU tensors with gloo): the compute waits for each message where it
+    is issued, so the step is compute plus every message; without it the prefetches hide some."""
+    from dataclasses import replace
+
+    from gdlbench.model.phases import CommModel, Phases, predict_iteration
+    from gdlbench.model.strategies import SHARDED, load_strategy
+
+    net = load_network("gpt2")
+    phases = Phases.synthetic(net, 1)
+    comm = CommModel("ring", 10.0, 1e-4)
+    fsdp = SHARDED["fsdp"]
+    over = predict_iteration(net, phases, comm, fsdp, 2)
+    block = predict_iteration(net, phases, comm, replace(fsdp, blocking=True), 2)
+    compute = phases.forward_us + phases.backward_us + phases.update_us / 2
+    assert block.comm_wait_us == pytest.approx(block.comm_us)
+    assert block.t_iter_us >= compute + block.comm_us - 1e-6
+    assert over.comm_wait_us < block.comm_wait_us and over.t_iter_us < block.t_iter_us
+    s = load_strategy(str(Path(__file__).parent.parent / "benchmarks" / "fsdp_gloo.json"))
+    assert s.blocking and s.shard == 3 and s.keep_root and s.prefetch

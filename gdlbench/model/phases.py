@@ -1207,13 +1207,16 @@ def schedule_lanes(compute_us: Sequence[float], needs: Sequence[int | None], com
     return cs, ms
 
 
-def _sharded_needs(plan: Sequence[dict[str, Any]], n_compute: int, nl: int) -> list[int | None]:
+def _sharded_needs(plan: Sequence[dict[str, Any]], n_compute: int, nl: int,
+                   blocking: bool = False) -> list[int | None]:
     """Per compute task, the comm task it waits for (None: none): the all-gathers their layers
-    need, and the update its gradients' last reduce-scatter."""
+    need, and the update its gradients' last reduce-scatter; blocking (Strategy.blocking): also
+    every message, by the compute task after its issue (the lane runs them in order: the last is enough)."""
     needs: list[int | None] = [None] * n_compute
     for j, m in enumerate(plan):
-        if m["needed_by"] is not None:
-            needs[m["needed_by"]] = j
+        for k in (m["needed_by"], m["ready"] if blocking else None):
+            if k is not None and k < n_compute:
+                needs[k] = j if needs[k] is None else max(j, needs[k] or 0)
     rs = [j for j, m in enumerate(plan) if m["collective"] == "reduce_scatter"]
     needs[2 * nl] = rs[-1] if rs else None  # the update waits for its reduced gradients
     return needs
@@ -1292,7 +1295,7 @@ def predict_sharded(net: Network | str, phases: Phases, comm: CommModel | Any | 
         assert comm is not None
         costs = [sharded_message_us(comm, m["collective"], m["bytes"], n) for m in plan]
     compute = fwd + bwd[::-1] + [t_u]
-    needs = _sharded_needs(plan, len(compute), nl)
+    needs = _sharded_needs(plan, len(compute), nl, strategy.blocking)
     ready = [m["ready"] for m in plan]
     phases = _phases_on_link(phases, comm, n, message_costs_us)
     c_slow, m_slow = phases.slowdowns(strategy.name)

@@ -44,7 +44,10 @@ class Strategy:
     the update). prefetch (stage 3): the next unit's all-gather is issued when the current unit
     starts computing, in forward and backward (FSDP's forward_prefetch and BACKWARD_PRE).
     keep_root (stage 3): the root unit (the layers in no block) keeps its parameters from forward
-    to backward, as FSDP does not reshard its root after forward."""
+    to backward, as FSDP does not reshard its root after forward.
+    blocking (sharded): the job's thread waits for each message where it issues it, so nothing
+    overlaps (PyTorch FSDP on CPU tensors with gloo: its collectives are synchronous calls; the
+    prefetch only moves where the wait falls). The model only: the composed run ignores it."""
 
     name: str
     collective: str = "allreduce"
@@ -60,6 +63,7 @@ class Strategy:
     shard: int = 0
     prefetch: bool = False
     keep_root: bool = False
+    blocking: bool = False
 
     def __post_init__(self) -> None:
         if self.collective not in COLLECTIVES:
@@ -199,7 +203,7 @@ def load_strategy(path: str) -> Strategy:
              "first_bucket_bytes": (int, type(None)), "servers": (int, type(None)), "ps_pull": str, "io_prefetch": bool,
              "assumptions": str, "source": str}
 
-    types |= {"shard": int, "prefetch": bool, "keep_root": bool}  # sharded strategies
+    types |= {"shard": int, "prefetch": bool, "keep_root": bool, "blocking": bool}  # sharded strategies
     for k, v in doc.items():
         if not isinstance(v, types[k]) or (isinstance(v, bool) and types[k] is not bool):
             raise UsageError(f"--strategy {path}: {k} has the wrong type ({v!r})")
@@ -260,6 +264,7 @@ def describe_sharded(s: Strategy) -> str:
                 f"of 1/N of the parameters, all-gather of the updated parameters after it")
     pre = "prefetching the next unit's" if s.prefetch else "on demand, no prefetch of the"
     root = "; the root unit keeps its parameters from forward to backward" if s.keep_root else ""
+    root += "; the job waits for each message where it issues it (nothing overlaps)" if s.blocking else ""
     return (f"ZeRO-3 (parameters, gradients, optimizer states sharded): per unit (a block, or a layer), "
             f"all-gather of its parameters before forward and before backward ({pre} parameters), "
             f"reduce-scatter of its gradients after its backward, update of 1/N{root}")

@@ -24,8 +24,20 @@ writes (".json" or ".json.gz"). Per profiled step (a `ProfilerStep#N` span of th
   optimizer step (DDP's finalize waits there for its last all-reduces);
 - update: the rest of the step after backward (DDP's copy of the reduced buckets into the
   gradients, the optimizer step);
-- messages: the collectives the job launched (`c10d::allreduce_`, their sizes) and their spans
-  on the communication threads (`gloo:all_reduce`, `nccl:all_reduce`).
+- messages: the collectives the job launched (`c10d::allreduce_`; FSDP's `c10d::allgather_` and
+  `c10d::_reduce_scatter_base_`; their sizes, the whole buffer) and their spans on the communication
+  threads (`gloo:all_reduce`, `gloo:all_gather`, the nccl ones);
+- comm_blocked: the time in the step that communication runs (its spans, and the launch ops' own
+  spans on the job's thread: gloo's reduce-scatter clones its whole input there) while the job's
+  thread runs no other operator (`aten::`): the communication the job waited for, wherever it waited (DDP: after
+  backward; FSDP on CPU tensors, whose collectives block where they are issued: in forward and
+  backward too).
+
+An FSDP job (its `FullyShardedDataParallel.*` spans in the trace) accumulates one gradient per FSDP
+unit (its flat parameter, use_orig_params=False): each gradient is a unit. The network then marks
+each as a block of its own, but the gradient ready last (the root unit: the modules outside the
+wrapped ones, first in forward, the embeddings of a transformer), which stays in no block: the
+units `predict --strategy fsdp` gathers are the job's (gdlbench.model.phases.shard_units).
 
 The phases are the medians over the profiled steps. Jobs that run on the CPU only, in this
 version: a trace with GPU kernels is refused (there the phases are the kernels' times on their
@@ -61,8 +73,14 @@ BACKWARD = "autograd::engine::evaluate_function: "
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 OPTIMIZER = "Optimizer.step#"
 H2D_OPS = ("aten::to", "aten::_to_copy", "aten::copy_")
-LAUNCH_OPS = ("c10d::allreduce_",)
-COMM_SPANS = ("gloo:all_reduce", "nccl:all_reduce")
+# the collectives DDP and FSDP launch on the job's thread: DDP's all-reduce; FSDP's all-gather (on CPU
+# tensors the list form, c10d::allgather_, into views of the whole buffer) and reduce-scatter
+LAUNCH_OPS = ("c10d::allreduce_", "c10d::allgather_", "c10d::_allgather_base_", "c10d::_reduce_scatter_base_",
+              "c10d::reduce_scatter_")
+# their spans on the communication threads (gloo runs _reduce_scatter_base_ as an all-reduce of the whole buffer)
+COMM_SPANS = ("gloo:all_reduce", "nccl:all_reduce", "gloo:all_gather", "nccl:all_gather", "gloo:reduce_scatter",
+              "nccl:reduce_scatter")
+FSDP = "FullyShardedDataParallel."  # FSDP's own spans (its hooks): the trace is an FSDP job's
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "half": 2, "bfloat16": 2,
                "long int": 8, "int": 4}
 TAIL = "backward tail"  # the backward work after the last gradient (a layer without parameters)
@@ -95,6 +113,7 @@ class TracedMessage:
     launch_us: float
     start_us: float | None
     end_us: float | None
+    launch_dur_us: float = 0.0  # the launch op's own span on the job's thread (gloo's reduce-scatter clones its input there)
 
 
 @dataclass
@@ -117,6 +136,7 @@ class StepPhases:
     # per gradient (and last, the tail after the last one): the share of backward's time up to it
     # spent outside the compute-bound operators (COMPUTE_BOUND)
     memory_share: list[float] = field(default_factory=list)
+    comm_blocked_us: float = 0.0  # communication while the job's thread ran no operator (module docstring)
 
     def without_profiler_cost(self, us_per_event: float) -> StepPhases:
         """This step with the profiler's cost taken out: us_per_event for every span it recorded."""
@@ -130,7 +150,7 @@ class StepPhases:
         total = sum(parts.values()) + self.exposed_comm_us
         return StepPhases(self.step, total, parts["io"], parts["h2d"], parts["forward"], parts["backward"],
                           self.exposed_comm_us, parts["update"], grads, self.messages, dict(e), list(self.grad_events),
-                          list(self.memory_share))
+                          list(self.memory_share), self.comm_blocked_us)
 
 
 @dataclass
@@ -145,6 +165,7 @@ class ImportedTrace:
     name: str = "pytorch-job"
     notes: list[str] = field(default_factory=list)
     profiler_us_per_event: float = 0.0  # the profiler's cost taken out of every recorded span
+    fsdp: bool = False  # an FSDP job's: one gradient per FSDP unit (module docstring)
 
     def median(self, key: str) -> float:
         return statistics.median(float(getattr(s, key)) for s in self.steps)
@@ -180,7 +201,10 @@ class ImportedTrace:
         width = len(str(len(grads)))
         for i in reversed(range(len(grads))):
             g = grads[i]
-            layers.append({"name": _grad_name(i, g, width), "type": "params", "shapes": [list(g.shape)]})
+            layer = {"name": _grad_name(i, g, width), "type": "params", "shapes": [list(g.shape)]}
+            if self.fsdp and i < len(grads) - 1:  # an FSDP unit of its own; the last ready is the root's
+                layer["block"] = f"unit{i:0{width}d}"
+            layers.append(layer)
         return {"name": self.name, "input": [1, 1, 1], "layers": layers,
                 "description": f"the gradients of the job traced in {self.source}, in forward order",
                 "source": self.source}
@@ -212,6 +236,7 @@ class ImportedTrace:
                         "steps": len(self.steps), "step_us": self.median("total_us"),
                         "step_spread": self.spread("total_us"),
                         "exposed_comm_us": self.median("exposed_comm_us"),
+                        "comm_blocked_us": self.median("comm_blocked_us"), "fsdp": self.fsdp,
                         "gradient_bytes": sum(g.bytes for g in grads), "gradients": len(grads),
                         "backward_memory_share": sum(r["time_us"] * r["memory_share"] for r in layer_rows) / spent
                         if spent > 0 else 0.0,
@@ -229,6 +254,7 @@ def _grad_name(i: int, g: Gradient, width: int) -> str:
 def _step_dict(s: StepPhases) -> dict[str, Any]:
     return {"step": s.step, "total_us": s.total_us, "io_us": s.io_us, "h2d_us": s.h2d_us, "forward_us": s.forward_us,
             "backward_us": s.backward_us, "exposed_comm_us": s.exposed_comm_us, "update_us": s.update_us,
+            "comm_blocked_us": s.comm_blocked_us,
             "events": s.events, "messages": [{"name": m.name, "bytes": m.bytes, "launch_us": m.launch_us, "start_us": m.start_us,
                           "end_us": m.end_us} for m in s.messages]}
 
@@ -349,8 +375,37 @@ def _runs(spans: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {id(launch): run for launch, run in zip(launches, runs, strict=False)}
 
 
+def _message_bytes(e: dict[str, Any], path: str, world: int) -> int:
+    """A launched collective's whole buffer: all-reduce's tensor; reduce-scatter's input (its second
+    argument, the first is the rank's output); all-gather's input times the ranks."""
+    args = e.get("args") or {}
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if e["name"] == "c10d::allreduce_" or not isinstance(dims, list) or len(dims) < 2:
+        return _dims_bytes(e, path)[1]
+    moved = dict(e, args={"Input Dims": [dims[1]], "Input type": types[1:] if isinstance(types, list) else types})
+    nbytes = _dims_bytes(moved, path)[1]
+    return nbytes * world if "allgather" in e["name"] else nbytes
+
+
+def _blocked(inside: Sequence[dict[str, Any]], main: Any, s0: float, s1: float) -> float:
+    """The time in [s0, s1] that communication runs (its spans, and the launch ops on the job's
+    thread: gloo's reduce-scatter clones its input there) while the job's thread runs no other
+    operator."""
+    launches = [e for e in inside if e.get("tid") == main and e["name"] in LAUNCH_OPS]
+    comm = sorted((e for e in inside if e["name"] in COMM_SPANS or e in launches), key=lambda e: e["ts"])
+    ops = _top_level([e for e in inside if e.get("tid") == main and e["name"].startswith("aten::")
+                      and not any(_inside(e, c["ts"], c["ts"] + c["dur"]) for c in launches)])
+    total, edge = 0.0, s0
+    for c in comm:
+        a, b = max(c["ts"], edge), min(c["ts"] + c["dur"], s1)
+        if b > a:
+            total += (b - a) - _union([o for o in ops if o["ts"] < b and o["ts"] + o["dur"] > a], a, b)
+            edge = b
+    return total
+
+
 def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int, dict[str, Any]],
-          path: str) -> StepPhases | None:
+          path: str, world: int = 1) -> StepPhases | None:
     s0, s1 = step["ts"], step["ts"] + step["dur"]
     main = step.get("tid")
     inside = [e for e in spans if _inside(e, s0, s1) and e is not step]
@@ -386,11 +441,11 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int,
 
     messages = []
     for e in sorted((e for e in on_main if e["name"] in LAUNCH_OPS), key=lambda e: e["ts"]):
-        _, nbytes = _dims_bytes(e, path)
+        nbytes = _message_bytes(e, path, world)
         run = runs.get(id(e))
         messages.append(TracedMessage(e["name"], nbytes, e["ts"] - b0,
                                       None if run is None else run["ts"] - b0,
-                                      None if run is None else run["ts"] + run["dur"] - b0))
+                                      None if run is None else run["ts"] + run["dur"] - b0, e["dur"]))
     recorded = sorted(e["ts"] for e in inside if e["name"] not in COMM_SPANS)  # the communication threads' aside
     in_data = sum(1 for e in inside if any(_inside(e, d["ts"], d["ts"] + d["dur"]) for d in data))
     in_copies = sum(1 for e in inside if any(_inside(e, c["ts"], c["ts"] + c["dur"]) for c in copies))
@@ -400,7 +455,17 @@ def _step(step: dict[str, Any], spans: Sequence[dict[str, Any]], runs: dict[int,
     first = bisect.bisect_left(recorded, b0)
     grad_events = [bisect.bisect_left(recorded, b0 + g.ready_us) - first for g in ready]
     return StepPhases(step["name"], step["dur"], io, h2d, forward, b1 - b0, exposed, update, ready, messages,
-                      events, grad_events, _memory_share(bwd, inside, [b0 + g.ready_us for g in ready]))
+                      events, grad_events, _memory_share(bwd, inside, [b0 + g.ready_us for g in ready]),
+                      _blocked(inside, main, s0, s1))
+
+
+def _distributed(doc: dict[str, Any]) -> tuple[int, str | None]:
+    """(world size, backend) from the trace's distributedInfo (torch writes it): (1, None) without."""
+    found = doc.get("distributedInfo")
+    info: dict[str, Any] = found if isinstance(found, dict) else {}
+    world = info.get("world_size", 1)
+    backend = info.get("backend")
+    return (world if isinstance(world, int) and world >= 1 else 1), (backend if isinstance(backend, str) else None)
 
 
 def import_trace(path: str | Path, batch: int, name: str | None = None, step_us: float | None = None) -> ImportedTrace:
@@ -422,8 +487,9 @@ def import_trace(path: str | Path, batch: int, name: str | None = None, step_us:
     if not steps:
         raise UsageError(f"trace {where}: no step boundary (no ProfilerStep# spans): call prof.step() after each "
                          "training step inside the profiler")
+    world, backend = _distributed(doc)
     runs = _runs(spans)
-    parsed = [p for p in (_step(s, spans, runs, where) for s in steps) if p is not None]
+    parsed = [p for p in (_step(s, spans, runs, where, world) for s in steps) if p is not None]
     if not parsed:
         raise UsageError(f"trace {where}: no backward in the profiled steps (no autograd evaluate_function spans): "
                          "profile whole training steps")
@@ -434,11 +500,6 @@ def import_trace(path: str | Path, batch: int, name: str | None = None, step_us:
     shapes = [[g.shape for g in p.gradients] for p in parsed]
     if any(s != shapes[0] for s in shapes):
         raise UsageError(f"trace {where}: the gradients became ready in different orders in different steps")
-    found = doc.get("distributedInfo")
-    info: dict[str, Any] = found if isinstance(found, dict) else {}
-    world = info.get("world_size", 1)
-    world = world if isinstance(world, int) and world >= 1 else 1
-    backend = info.get("backend") if isinstance(info.get("backend"), str) else None
     notes = []
     if world > 1:
         notes.append(f"traced on {world} ranks: backward's times hold that run's communication beside it, so a "
@@ -460,4 +521,9 @@ def import_trace(path: str | Path, batch: int, name: str | None = None, step_us:
     else:
         notes.append("the profiler's own cost is in these times (give the step time without the profiler to "
                      "take it out)")
-    return ImportedTrace(where, batch, world, backend, parsed, name or Path(where).name.split(".")[0], notes, cost)
+    fsdp = any(e["name"].startswith(FSDP) for e in spans)
+    if fsdp:
+        notes.append(f"an FSDP job: its {len(parsed[0].gradients)} gradients are its units' flat parameters, the last "
+                     "ready the root unit's")
+    return ImportedTrace(where, batch, world, backend, parsed, name or Path(where).name.split(".")[0], notes, cost,
+                         fsdp)

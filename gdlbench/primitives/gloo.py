@@ -9,6 +9,13 @@ the host name's address. Timed as the MPI harness times: per iteration an untime
 then one blocking torch.distributed call, on time.perf_counter (the steady clock); each
 iteration's time is the max over ranks. Checked exactly as the harness checks: separate,
 untimed iterations on small integers (rank + 1), every element compared with the exact result.
+
+reduce_scatter and allgather are timed in the forms PyTorch FSDP calls on CPU tensors (torch 2.x,
+torch/distributed/fsdp/_flat_param.py): dist.reduce_scatter_tensor of the whole buffer into the
+rank's 1/N (c10d::_reduce_scatter_base_; gloo runs it as an all-reduce of the whole buffer, its
+profiler span `gloo:all_reduce`, then keeps the rank's chunk), and, for CPU tensors, dist.all_gather
+into N views of one whole buffer (c10d::allgather_, `gloo:all_gather`), not all_gather_into_tensor.
+Their size is the whole buffer (count elements per rank), as for MPI.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import numpy as np
 
 from ..common.errors import UsageError
 
-COLLECTIVES = ("allreduce", "broadcast")
+COLLECTIVES = ("allreduce", "broadcast", "reduce_scatter", "allgather")
 DTYPES = ("float32", "float64", "int32")
 REGION = "per iteration: an untimed MPI_Barrier, then one blocking torch.distributed call (gloo)"
 _state: dict[str, Any] = {}
@@ -101,6 +108,18 @@ def _expected(op: str, nranks: int) -> float:
             "max": float(nranks), "min": 1.0}[op]
 
 
+def _wrong(torch: Any, collective: str, full: Any, shard: Any, op: str, root: int, size: int) -> int:
+    """The elements that differ from the exact result of a check iteration (inputs rank + 1)."""
+    if collective == "allreduce":
+        return int((full != _expected(op, size)).sum())
+    if collective == "broadcast":
+        return int((full != float(root + 1)).sum())
+    if collective == "reduce_scatter":
+        return int((shard != _expected(op, size)).sum())
+    want = torch.arange(1, size + 1, dtype=full.dtype).repeat_interleave(shard.numel())  # chunk r from rank r
+    return int((full != want).sum())
+
+
 def bench(collective: str, count: int, dtype: str, op: str | None, root: int, warmup: int, iters: int,
           check: int, timeout_s: float, rotate_bytes: int, comm: Any) -> tuple[list[float], int]:
     """(per-iteration times in us, max over ranks; wrong elements summed over ranks and check
@@ -116,29 +135,37 @@ def bench(collective: str, count: int, dtype: str, op: str | None, root: int, wa
     rank, size = comm.Get_rank(), comm.Get_size()
     reduce_op = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
                  "min": dist.ReduceOp.MIN}[op or "sum"]
-    nbytes = count * torch.tensor([], dtype=tdtype).element_size()
-    buffers = [torch.ones(count, dtype=tdtype) for _ in range(max(1, min(64, rotate_bytes // max(1, nbytes))))]
+    sharded = collective in ("reduce_scatter", "allgather")  # count: per rank; the buffer holds N x count
+    whole = count * size if sharded else count
+    nbytes = whole * torch.tensor([], dtype=tdtype).element_size()
+    buffers = [(torch.ones(whole, dtype=tdtype), torch.ones(count if sharded else 1, dtype=tdtype))
+               for _ in range(max(1, min(64, rotate_bytes // max(1, nbytes))))]
 
-    def call(t: Any) -> None:
+    def call(pair: tuple[Any, Any]) -> None:
+        full, shard = pair
         if collective == "allreduce":
-            dist.all_reduce(t, op=reduce_op)
+            dist.all_reduce(full, op=reduce_op)
+        elif collective == "broadcast":
+            dist.broadcast(full, src=root)
+        elif collective == "reduce_scatter":
+            dist.reduce_scatter_tensor(shard, full, op=reduce_op)
         else:
-            dist.broadcast(t, src=root)
+            dist.all_gather(list(torch.chunk(full, size)), shard)
 
     wrong = 0
     for _ in range(check):
-        t = buffers[0]
-        t.fill_(rank + 1)
+        full, shard = buffers[0]
+        full.fill_(0 if collective == "allgather" else rank + 1)  # all-gather: every chunk must be written
+        shard.fill_(rank + 1)
         comm.Barrier()
-        call(t)
-        want = _expected(op or "sum", size) if collective == "allreduce" else float(root + 1)
-        wrong += int((t != want).sum())
+        call(buffers[0])
+        wrong += _wrong(torch, collective, full, shard, op or "sum", root, size)
     samples = []
     for i in range(warmup + iters):
-        t = buffers[i % len(buffers)]
+        pair = buffers[i % len(buffers)]
         comm.Barrier()
         t0 = time.perf_counter()
-        call(t)
+        call(pair)
         elapsed = (time.perf_counter() - t0) * 1e6
         if i >= warmup:
             samples.append(elapsed)
