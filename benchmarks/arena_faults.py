@@ -6,13 +6,15 @@ own, whose heaps (64 MB at most) cannot keep MPICH's large temporaries: on such 
 mapped and faulted in on every call.
 
   mpiexec -n 2 python benchmarks/arena_faults.py [--net gpt2-small:seq=64] [--strategy zero1] [--calls 4]
+      [--rounds 2]
 
 Prints, per rank, the faults (getrusage ru_minflt of the process, every thread) and the median
 time of each, per call: the iteration (forward, backward, its messages on the communication
 thread, the update), its messages alone (on a communication thread, as the iteration's model
 times them), and one row of each of the plan's collectives at the plan's largest size in place,
-on the main thread and on a comm thread (its buffers touched before timing, on the main thread;
-one warm-up call before --calls timed ones and one check). The iteration runs first, so the main
+on the main thread and on a comm thread in --rounds alternating rounds (its buffers touched
+before timing, on the main thread; one warm-up call before --calls timed ones and one check),
+then the median over the rounds of each row's median time. The iteration runs first, so the main
 thread's heap has not yet kept any temporary for it.
 """
 
@@ -49,6 +51,7 @@ def main() -> None:
     ap.add_argument("--net", default="gpt2-small:seq=64")
     ap.add_argument("--strategy", default="zero1")
     ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating main / comm-thread rounds per collective")
     args = ap.parse_args()
     it = Iteration(args.net, 1, "cpu", args.strategy, threads=1, io=False)
     comm = it.comm
@@ -68,10 +71,17 @@ def main() -> None:
            sum(statistics.median(s) for s in alone) / 1e3)
     largest = max(mplan.bytes)  # ZeRO-1/2: the whole gradient, one reduce-scatter and one all-gather
     for coll in ("reduce_scatter", "allgather"):
-        for on in ("main", "comm-thread", "main", "comm-thread"):
-            f, r = faults_per_call(partial(C.run_one, coll, largest, inplace=True, iters=n, warmup=1, check=1,
-                                           on=on, comm=comm), n + 2)
-            report(comm, f"{coll} {largest} B --on {on}", f, r.time_us / 1e3)
+        times: dict[str, list[float]] = {"main": [], "comm-thread": []}
+        for _ in range(args.rounds):  # alternating, so that the machine's load drifts over both alike
+            for on in ("main", "comm-thread"):
+                f, r = faults_per_call(partial(C.run_one, coll, largest, inplace=True, iters=n, warmup=1, check=1,
+                                               on=on, comm=comm), n + 2)
+                times[on].append(r.time_us / 1e3)
+                report(comm, f"{coll} {largest} B --on {on}", f, r.time_us / 1e3)
+        if comm.Get_rank() == 0:
+            main, thread = (statistics.median(times[on]) for on in ("main", "comm-thread"))
+            print(f"{coll}: median over {args.rounds} alternating rounds of the rows' medians: main {main:.1f} ms, "
+                  f"comm-thread {thread:.1f} ms ({100 * (thread / main - 1):+.1f} %)", flush=True)
     if comm.Get_rank() == 0:
         print(f"(per call; the collective rows' first counts its buffers, {largest} B touched once, over "
               f"{n + 2} calls; MPICH's temporary is {largest // comm.Get_size() // 4096} pages of 4 KiB)",
