@@ -7,11 +7,13 @@ run. Then `gdlbench predict`, fed that run's phases JSON and an alpha-beta fit f
 N-worker iteration again, its communication from the fit alone. With a sharded strategy (ZeRO,
 FSDP), `reduce_scatter --fit` and `allgather --fit` are measured too, and the sharded strategies
 are predicted twice: from the all-reduce fit alone (their messages by formula, "predict") and
-with the fits of their own collectives ("rs/ag fit").
+with the fits of their own collectives ("rs/ag fit"), timed on a communication thread as the
+iteration sends them (`--on comm-thread`); --fits-on-main-too also fits them on the main thread,
+as before 2026-12-07, and predicts a third time from those ("on main").
 
   python benchmarks/iteration_model.py [--ranks 1,2] [--nets alexnet,googlenet,resnet50]
       [--strategy all] [--reps 5] [--iters 10] [--batch 8 | --batch alexnet=8,resnet50=1]
-      [--threads T] [--out DIR] [--explain] [--noise]
+      [--threads T] [--out DIR] [--explain] [--noise] [--fits-on-main-too]
 
 Prints, per rank count, net and strategy: the composed run's median over the repetitions and
 its spread between repetitions ((max - min) / median), and for the model and for predict the
@@ -125,19 +127,26 @@ def explain(net: str, batch: int, threads: int, rounds: int) -> None:
               f"repeated/composed {100 * (med(a) / med(c) - 1):+.1f} %, isolated/composed {100 * (med(b) / med(c) - 1):+.1f} %")
 
 
-def fits(mpi: list[str], ranks: int, nets: list[str], strategies: list, out: Path) -> list[Path]:
+def fits(mpi: list[str], ranks: int, nets: list[str], strategies: list, out: Path,
+         on_main_too: bool = False) -> dict[str, list[Path]]:
     """The all-reduce fit (library, and ps with P = N as the presets run it, where a strategy uses
     it) into fit-N.json; with a sharded strategy also the reduce-scatter's and all-gather's fits,
-    whose files it returns. In place, from memory, up to the whole gradient."""
+    timed on a communication thread as the iteration sends them (--on comm-thread), their files
+    under "comm-thread"; on_main_too: also on the main thread (as before 2026-12-07, files
+    *-main.json, under "main"), each right before its comm-thread twin, so that the machine's
+    load drifts over both alike. In place, from memory, up to the whole gradient."""
     largest = max(load_network(net).param_bytes() for net in nets)
     sweep = [*fit_sweep_for_messages(largest), "--fit", "-n", "10", "-w", "2", "-c", "1"]
     algos = "library" + (",ps" if any(s.collective == "ps" for s in strategies) else "")
     run(mpi + ["allreduce", *sweep, "--algo", algos, "--servers", str(ranks), "--json", str(out / f"fit-{ranks}.json")])
     if not any(s.shard for s in strategies):
-        return []
-    files = [out / f"{c}-fit-{ranks}.json" for c in ("reduce_scatter", "allgather")]
-    for c, f in zip(("reduce_scatter", "allgather"), files, strict=True):
-        run(mpi + [c, *sweep, "--json", str(f)])
+        return {}
+    files: dict[str, list[Path]] = {}
+    for c in ("reduce_scatter", "allgather"):
+        for on in ("main", "comm-thread") if on_main_too else ("comm-thread",):
+            f = out / f"{c}-fit-{ranks}{'-main' if on == 'main' else ''}.json"
+            run(mpi + [c, *sweep, "--on", on, "--json", str(f)])
+            files.setdefault(on, []).append(f)
     return files
 
 
@@ -176,6 +185,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="folder for the JSON files (default: a temporary one)")
     ap.add_argument("--explain", action="store_true", help="first show the bias of passes repeated alone")
     ap.add_argument("--noise", action="store_true", help="only time the same iteration again and again (A/A), then stop")
+    ap.add_argument("--fits-on-main-too", action="store_true",
+                    help="with a sharded strategy, also fit the reduce-scatter and all-gather on the main thread "
+                         "(each right before its comm-thread twin) and predict from those too (column 'on main')")
     args = ap.parse_args()
     if args.reps < 1 or args.iters < 1:
         ap.error("--reps and --iters must be at least 1")
@@ -200,7 +212,7 @@ def main() -> None:
         mpi = [str(BIN / "mpiexec"), "-n", str(ranks), str(BIN / "gdlbench")]
         threads = args.threads or max(1, 2 // ranks)
         fit_json = out / f"fit-{ranks}.json"
-        shard_fits = fits(mpi, ranks, nets, strategies, out) if ranks > 1 else []
+        shard_fits = fits(mpi, ranks, nets, strategies, out, args.fits_on_main_too) if ranks > 1 else {}
         for net in nets:
             batch = given[net] if args.batch else max(1, given[net] // ranks)
             for rep in range(args.reps):
@@ -214,19 +226,25 @@ def main() -> None:
                 pred = predicted(net, it_json, ranks, strategies, [fit_json] if ranks > 1 else [], out, tag)
                 # the sharded strategies again, their messages priced by the rs/ag fits themselves
                 sharded = [s for s in strategies if s.shard]
-                own = predicted(net, it_json, ranks, sharded, [fit_json, *shard_fits], out, f"{tag}-own") if shard_fits else {}
+                own = predicted(net, it_json, ranks, sharded, [fit_json, *shard_fits["comm-thread"]], out,
+                                f"{tag}-own") if shard_fits else {}
+                own_main = predicted(net, it_json, ranks, sharded, [fit_json, *shard_fits["main"]], out,
+                                     f"{tag}-own-main") if "main" in shard_fits else {}
                 for r in it["rows"]:
                     if r["phase"] != "iteration":
                         continue
                     fit_us = pred[r["strategy"]]["t_iter_us"]
                     own_us = own[r["strategy"]]["t_iter_us"] if r["strategy"] in own else None
+                    main_us = own_main[r["strategy"]]["t_iter_us"] if r["strategy"] in own_main else None
                     rows.append({"ranks": ranks, "net": net, "batch": batch, "rep": rep, "strategy": r["strategy"],
                                  "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
                                  "model_us": r["predicted_us"], "model_err": r["error_pct"],
                                  "error_se": r["error_se_pct"], "predict_us": fit_us,
                                  "predict_err": 100 * (fit_us - r["time_us"]) / r["time_us"],
                                  "own_fit_us": own_us,
-                                 "own_fit_err": None if own_us is None else 100 * (own_us - r["time_us"]) / r["time_us"]})
+                                 "own_fit_err": None if own_us is None else 100 * (own_us - r["time_us"]) / r["time_us"],
+                                 "main_fit_us": main_us,
+                                 "main_fit_err": None if main_us is None else 100 * (main_us - r["time_us"]) / r["time_us"]})
                 print(f"  {time.monotonic() - t_start:.0f} s so far", flush=True)
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     summarise(rows, args, out)
@@ -240,6 +258,7 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
     print(f"{'ranks':>5s} {'net':12s} {'batch':>5s} {'strategy':12s} {'measured':>9s} {'spread':>7s} "
           f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'predict med':>11s} {'worst':>7s}"
           + (f"   {'rs/ag fit med':>13s} {'worst':>7s}" if any(r.get("own_fit_err") is not None for r in rows) else "")
+          + (f"   {'on main med':>11s} {'worst':>7s}" if any(r.get("main_fit_err") is not None for r in rows) else "")
           + "   (ms; |error| in %)")
     per_ranks: dict[int, dict[str, list[float]]] = {}
     for (ranks, net, strategy), rs in groups.items():
@@ -251,7 +270,9 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         se = statistics.median(r["error_se"] for r in rs)
         bias = statistics.median(r["model_err"] for r in rs)  # signed: a bias keeps its sign rep after rep
         o_err = [abs(r["own_fit_err"]) for r in rs if r.get("own_fit_err") is not None]
-        own = f"   {statistics.median(o_err):10.1f}% {max(o_err):6.1f}%" if o_err else ""
+        own = f"   {statistics.median(o_err):12.1f}% {max(o_err):6.1f}%" if o_err else ""
+        main_err = [abs(r["main_fit_err"]) for r in rs if r.get("main_fit_err") is not None]
+        own += f"   {statistics.median(main_err):10.1f}% {max(main_err):6.1f}%" if main_err else ""
         print(f"{ranks:5d} {net:12s} {rs[0]['batch']:5d} {strategy:12s} {med / 1e3:9.1f} {spread:6.1f}% "
               f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {bias:+6.1f}% {se:5.1f}% {statistics.median(p_err):10.1f}% "
               f"{max(p_err):6.1f}%{own}")

@@ -1,7 +1,9 @@
 """The sharded strategies' messages, each measured alone in a composed-iteration run, against their
 prices: by the reduce-scatter's and all-gather's own fits, and by their formulas with the
-all-reduce fit's alpha and beta (model.sharded_message_us). Reads a benchmarks/iteration_model.py
-folder (its iteration-N-NET-REP.json, fit-N.json, reduce_scatter-fit-N.json, allgather-fit-N.json).
+all-reduce fit's alpha and beta (model.sharded_message_us), and where the folder has them
+(iteration_model.py --fits-on-main-too) by the same fits timed on the main thread. Reads a
+benchmarks/iteration_model.py folder (its iteration-N-NET-REP.json, fit-N.json,
+reduce_scatter-fit-N.json, allgather-fit-N.json, *-fit-N-main.json).
 
   python benchmarks/sharded_pricing.py DIR [--ranks 2]
 
@@ -29,8 +31,11 @@ def main() -> None:
     # (a folder without them, from before the fits existed: "own fit" is the formula's too)
     own = load_comm_model([d / f"fit-{n}.json", *(f for c in ("reduce_scatter", "allgather")
                                                    if (f := d / f"{c}-fit-{n}.json").is_file())], "library")
+    # iteration_model.py --fits-on-main-too: the same fits timed on the main thread (*-main.json)
+    mains = [d / f"{c}-fit-{n}-main.json" for c in ("reduce_scatter", "allgather")]
+    on_main = load_comm_model([d / f"fit-{n}.json", *mains], "library") if all(f.is_file() for f in mains) else None
     print(f"{'run':24s} {'strategy':8s} {'collective':15s} {'msgs':>4s} {'alone':>9s} {'own fit':>9s} {'err':>7s} "
-          f"{'formula':>9s} {'err':>7s}   (ms)")
+          f"{'formula':>9s} {'err':>7s}" + (f" {'on main':>9s} {'err':>7s}" if on_main else "") + "   (ms)")
     for it_file in sorted(d.glob(f"iteration-{n}-*.json")):
         doc = json.loads(it_file.read_text())
         net = load_network(doc["args"]["net"])
@@ -43,9 +48,11 @@ def main() -> None:
                 alone = sum(t for t, _ in pick)
                 p_own = sum(sharded_message_us(own, m["collective"], m["bytes"], n) for _, m in pick)
                 p_ar = sum(sharded_message_us(ar, m["collective"], m["bytes"], n) for _, m in pick)
+                p_main = sum(sharded_message_us(on_main, m["collective"], m["bytes"], n) for _, m in pick) if on_main else 0
                 print(f"{it_file.stem.removeprefix(f'iteration-{n}-'):24s} {strategy:8s} {coll or 'all':15s} "
                       f"{len(pick):4d} {alone / 1e3:9.1f} {p_own / 1e3:9.1f} {100 * (p_own / alone - 1):+6.1f}% "
-                      f"{p_ar / 1e3:9.1f} {100 * (p_ar / alone - 1):+6.1f}%")
+                      f"{p_ar / 1e3:9.1f} {100 * (p_ar / alone - 1):+6.1f}%"
+                      + (f" {p_main / 1e3:9.1f} {100 * (p_main / alone - 1):+6.1f}%" if on_main else ""))
 
 
 def by_plan_message(rows: list[dict], plan: list[dict]) -> list[tuple[float, dict]]:

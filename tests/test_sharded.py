@@ -248,8 +248,8 @@ def test_measured_reduce_scatter_and_allgather_fits_price_predict(tmp_path):
     files, fits = {}, {}
     for c in ("reduce_scatter", "allgather"):
         files[c] = tmp_path / f"{c}.json"
-        p = run_cli(c, "-b", "64K", "-e", "4M", "-f", "4", "--mode", "in", "--fit", "--fit-regimes", "1",
-                    "-n", "3", "-w", "1", "--json", str(files[c]), nranks=2)
+        p = run_cli(c, "-b", "64K", "-e", "4M", "-f", "4", "--mode", "in", "--on", "comm-thread", "--fit",
+                    "--fit-regimes", "1", "-n", "3", "-w", "1", "--json", str(files[c]), nranks=2)
         assert p.returncode == 0, p.stderr[-2000:]
         fit = json.loads(files[c].read_text())["summary"]["fit"]
         assert [f["algo"] for f in fit] == [c] and len(fit[0]["points"]) == 4
@@ -261,11 +261,13 @@ def test_measured_reduce_scatter_and_allgather_fits_price_predict(tmp_path):
     p = run_cli("predict", "--phases", str(phases_file), "--strategy", "zero1", "--workers", "2",
                 "--from", f"{files['allgather']},{ar},{files['reduce_scatter']}", "--json", str(out))
     assert p.returncode == 0, p.stderr[-2000:]
-    assert f"reduce_scatter: its own fit ({files['reduce_scatter']})" in " ".join(p.stdout.split())
+    thread = "timed on a communication thread, as the iteration sends"
+    assert f"reduce_scatter: its own fit ({files['reduce_scatter']}; {thread})" in " ".join(p.stdout.split())
     doc = json.loads(out.read_text())["summary"]
     model = CommModel.from_dict(doc["comm_model"])
     for c, fit in fits.items():  # the measured numbers, as the files hold them
         own = model.fit_for(c)
         assert own is not None and (own.alpha_us, own.beta_us_per_byte) == (fit["alpha_us"], fit["beta_us_per_byte"])
+        assert own.timed_on == fit["on"] == "comm-thread"  # kept through the saved model
     assert model.fit_for("reduce_scatter").gamma_us_per_byte == fits["reduce_scatter"]["gamma_us_per_byte"] > 0
-    assert doc["sharded_pricing"][1] == f"allgather: its own fit ({files['allgather']})"
+    assert doc["sharded_pricing"][1] == f"allgather: its own fit ({files['allgather']}; {thread})"

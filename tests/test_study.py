@@ -180,6 +180,7 @@ def test_a_sharded_strategy_fits_the_reduce_scatter_and_allgather_and_its_predic
     for c in ("reduce_scatter", "allgather"):
         argv = cells[f"{c}-fit"].argv
         assert argv[0] == c and "--fit" in argv and argv[argv.index("--json") + 1] == f"cells/{c}-fit.json"
+        assert argv[argv.index("--on") + 1] == "comm-thread"  # as the composed iteration sends its messages
         for opt in ("-b", "-e", "-f", "--mode", "--rotate"):  # the all-reduce fit's sweep: the whole gradient
             assert argv[argv.index(opt) + 1] == ar[ar.index(opt) + 1]
     assert not any(c.name.endswith("scatter-fit") for c in plan_cells(cfg(["wfbp", "serial"])))

@@ -19,7 +19,8 @@ void bind_comm_bench(py::module_& m, const char* name, Bench bench, const char* 
   py::class_<comm::BenchSpec>(m, "BenchSpec", py::module_local(), "What one collective benchmark row runs.")
       .def(py::init([](const std::string& collective, std::size_t count, const std::string& dtype,
                        const std::string& op, bool inplace, const std::string& algo, int root, int servers,
-                       int warmup, int iters, int check_iters, double timeout_s, std::size_t rotate_bytes) {
+                       int warmup, int iters, int check_iters, double timeout_s, std::size_t rotate_bytes,
+                       const std::string& on) {
              comm::BenchSpec s;
              s.coll = comm::parse_collective(collective);
              s.count = count;
@@ -34,12 +35,15 @@ void bind_comm_bench(py::module_& m, const char* name, Bench bench, const char* 
              s.check_iters = check_iters;
              s.timeout_s = timeout_s;
              s.rotate_bytes = rotate_bytes;
+             GDL_REQUIRE(on == "main" || on == "comm-thread", "on: main or comm-thread, got '", on, "'");
+             s.on_comm_thread = on == "comm-thread";
              return s;
            }),
            py::kw_only(), py::arg("collective"), py::arg("count"), py::arg("dtype") = "float32",
            py::arg("op") = "sum", py::arg("inplace") = false, py::arg("algo") = "library", py::arg("root") = 0,
            py::arg("servers") = 1, py::arg("warmup") = 5, py::arg("iters") = 20, py::arg("check_iters") = 1,
-           py::arg("timeout_s") = 0.0, py::arg("rotate_bytes") = 0);
+           py::arg("timeout_s") = 0.0, py::arg("rotate_bytes") = 0,
+           py::arg("on") = "main");
   py::class_<comm::BenchResult>(m, "BenchResult", py::module_local(), "Samples and the exact check of one row.")
       .def_readonly("samples_us", &comm::BenchResult::samples_us, "per iteration, the max over ranks")
       .def_readonly("wrong", &comm::BenchResult::wrong, "wrong elements over ranks and checks; -1: no check");

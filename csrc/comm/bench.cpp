@@ -2,6 +2,8 @@
 // comes from their descriptions (comm/collective.h); nothing here branches on which one runs.
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <vector>
 
 #include "comm/allreduce.h"
@@ -26,6 +28,26 @@ struct HostAccess {
   void commit(char*, std::size_t) {}
   const char* view(const char* src, std::size_t) { return src; }
 };
+
+// run() on the calling thread, or with on_comm_thread on a thread of its own (joined before it
+// returns; what it throws is thrown here), as the composed iteration's communication thread sends
+// its messages (cpu/net.cpp). glibc gives a thread other than the main one a malloc arena of its
+// own, whose heaps (64 MB at most) cannot keep MPICH's large temporaries: it maps and unmaps them
+// on every call, where the main thread's heap keeps them (keep_freed_memory).
+template <class Run>
+void on_thread(bool on_comm_thread, Run&& run) {
+  if (!on_comm_thread) return run();
+  std::exception_ptr error;
+  std::thread worker([&] {
+    try {
+      run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  worker.join();
+  if (error) std::rethrow_exception(error);
+}
 
 }  // namespace
 
@@ -69,26 +91,30 @@ BenchResult bench_started_together(const BenchSpec& spec, MPI_Comm comm, MPI_Com
   BenchResult result;
   fill_stable(send.data(), l.send_n * slots, t, spec.op);
   fill_stable(recv.data(), l.recv_n * slots, t, spec.op);
-  result.samples_us = time_steady(TimingPlan{spec.warmup, spec.iters}, run_once, [&] {
-    next_slot();
+  // The buffers belong to the calling thread (as the iteration's gradients); the timed loop and
+  // the check run where spec.on_comm_thread says.
+  on_thread(spec.on_comm_thread, [&] {
+    result.samples_us = time_steady(TimingPlan{spec.warmup, spec.iters}, run_once, [&] {
+      next_slot();
+      Watchdog::kick();
+      MPI_Barrier(start_on);
+    });
+    slot = slots - 1;
+    next_slot();  // the checks use slot 0
     Watchdog::kick();
-    MPI_Barrier(start_on);
-  });
-  slot = slots - 1;
-  next_slot();  // the checks use slot 0
-  Watchdog::kick();
-  MPI_Allreduce(MPI_IN_PLACE, result.samples_us.data(), static_cast<int>(result.samples_us.size()), MPI_DOUBLE,
-                MPI_MAX, comm);
+    MPI_Allreduce(MPI_IN_PLACE, result.samples_us.data(), static_cast<int>(result.samples_us.size()), MPI_DOUBLE,
+                  MPI_MAX, comm);
 
-  if (spec.check_iters == 0) return result;
-  HostAccess mem;
-  long long wrong = check_exact(spec, l, rank, n, sp, rp, mem, [&] {
+    if (spec.check_iters == 0) return;
+    HostAccess mem;
+    long long wrong = check_exact(spec, l, rank, n, sp, rp, mem, [&] {
+      Watchdog::kick();
+      run_once();
+    });
     Watchdog::kick();
-    run_once();
+    MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, comm);
+    result.wrong = wrong;
   });
-  Watchdog::kick();
-  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, comm);
-  result.wrong = wrong;
   return result;
 }
 

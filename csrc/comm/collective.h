@@ -177,6 +177,8 @@ struct BenchSpec {
   double timeout_s = 0;        // > 0: abort the job when one call makes no progress this long
   std::size_t rotate_bytes = 0;  // > 0 (MPI): iterations cycle through buffers spread over this
                                  // many bytes (as nccl-tests), so small sizes are not served from cache
+  bool on_comm_thread = false;   // MPI: the whole row (timed loop and check) on a thread of its own,
+                                 // as the composed iteration sends its messages (comm/bench.cpp)
 };
 
 struct BenchResult {

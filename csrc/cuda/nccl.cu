@@ -191,6 +191,7 @@ comm::BenchResult nccl_bench(const comm::BenchSpec& spec, MPI_Comm comm) {
   comm::validate(spec, n);
   GDL_REQUIRE(spec.algo == comm::Algo::library, "nccl: no algorithm ", comm::algo_name(spec.algo),
               " (NCCL chooses its own; use library)");
+  GDL_REQUIRE(!spec.on_comm_thread, "nccl: the row runs on the calling thread (on comm-thread is MPI's)");
   const comm::Description& d = comm::describe(spec.coll);
   const std::string what = std::string("nccl ") + d.name;
   // Armed before the communicator is built: a peer that never joins ends the job, not hangs it.

@@ -106,9 +106,12 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def command_thread_level(module: ModuleType) -> str:
+def command_thread_level(module: ModuleType, args: argparse.Namespace | None = None) -> str:
     """The least MPI thread level a command needs: funneled unless its module says otherwise (its
-    helper threads, the collectives' watchdog, OpenBLAS and OpenMP workers, never call MPI)."""
+    helper threads, the collectives' watchdog, OpenBLAS and OpenMP workers, never call MPI), by
+    MPI_THREAD_LEVEL or, given the run's arguments, by mpi_thread_level(args)."""
+    if args is not None and hasattr(module, "mpi_thread_level"):
+        return str(module.mpi_thread_level(args))
     return str(getattr(module, "MPI_THREAD_LEVEL", "funneled"))
 
 
@@ -146,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog = f"gdlbench {args.command}"
         check_common(args)
         module = importlib.import_module(f".commands.{COMMANDS[args.command][0]}", __package__)
-        least = command_thread_level(module)
+        least = command_thread_level(module, args)
         from ..common.env import choose_mpi_wait
 
         # serialized or more: the command's communication thread calls MPI beside its compute threads

@@ -133,6 +133,8 @@ class CommModel:
     collective_fits: tuple[CommModel, ...] = ()
     # the link it was measured on (measured_link; None: a formula or a file that does not say)
     link: str | None = None
+    # the thread its sweep's timed loop ran on (`--on`: main or comm-thread; None: the file does not say)
+    timed_on: str | None = None
 
     def link_at(self, n: int) -> str | None:
         """The link n workers' messages cross: this model's at every n."""
@@ -210,6 +212,7 @@ class CommModel:
                 "gamma_us_per_byte": self.gamma_us_per_byte, "formula": self.formula,
                 "link_gbs": (1e6 / self.beta_us_per_byte / 1e9) if self.beta_us_per_byte else None,
                 "source": self.source, "note": self.note, **({"link": self.link} if self.link else {}),
+                **({"on": self.timed_on} if self.timed_on else {}),
                 "regimes": costmodel.regimes_to_json(self.regimes),
                 **({"collectives": {f.algo: f.to_dict() for f in self.collective_fits}} if self.collective_fits else {})}
 
@@ -240,7 +243,8 @@ class CommModel:
             return cls(str(fit.get("algo") or algo or "ring"), get("alpha"), get("beta"), get("gamma", 0.0),
                        source=source or str(fit.get("source") or ""), note=str(fit.get("note") or ""),
                        regimes=regimes, collective_fits=fits,
-                       link=measured_link(doc) or (fit["link"] if isinstance(fit.get("link"), str) else None))
+                       link=measured_link(doc) or (fit["link"] if isinstance(fit.get("link"), str) else None),
+                       timed_on=fit["on"] if isinstance(fit.get("on"), str) else None)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             if isinstance(exc, UsageError):
                 raise
@@ -333,11 +337,21 @@ def sharded_message_us(comm: CommModel | Any, collective: str, m: float, n: int)
     return float((own or comm).allreduce_us(collective, m, n))
 
 
+def _timed_on(fit: CommModel) -> str:
+    """Where a fit's sweep was timed, for predict's statement: the composed iteration sends its
+    messages from its communication thread (`--on comm-thread` times them as it does)."""
+    if fit.timed_on == "comm-thread":
+        return "; timed on a communication thread, as the iteration sends"
+    if fit.timed_on == "main":
+        return "; timed on the main thread: the iteration sends from its communication thread (--on comm-thread)"
+    return ""
+
+
 def sharded_pricing(comm: CommModel | Any, collective: str) -> str:
     """How sharded_message_us prices `collective` with `comm` (what predict states)."""
     own = comm.fit_for(collective) if isinstance(comm, CommModel) else None
     if own is not None:
-        return f"{collective}: its own fit ({own.source or 'given'})"
+        return f"{collective}: its own fit ({own.source or 'given'}{_timed_on(own)})"
     if not isinstance(comm, CommModel):
         return f"{collective}: its formula ({costmodel.formula(collective)}) on the cluster's links"
     return (f"{collective}: no fit of its own, its formula ({costmodel.formula(collective)}) with the "

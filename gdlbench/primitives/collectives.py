@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._native import MPI, _core, _cuda, require_cuda
+from .._native import MPI, _core, _cuda, require_cuda, require_thread_level
 from ..common import env
 from ..common.errors import UsageError
 from ..common.measurement import MAX_ITERS, Measurement, check_timing
@@ -37,6 +37,13 @@ OPS = ("sum", "prod", "max", "min")
 BACKENDS = ("mpi", "nccl", "gloo")
 DTYPE_SIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4}
 DEFAULT_TIMEOUT_S = 300.0
+# Where a row's timed loop runs (--on): the calling (main) thread, as nccl-tests; or a thread of its
+# own, as the composed iteration's communication thread sends its messages (MPI only): glibc gives
+# such a thread a malloc arena of its own, which maps and unmaps MPICH's large temporaries per call.
+THREADS = ("main", "comm-thread")
+THREAD_NOTE = ("--on comm-thread: each row's timed loop and check ran on a thread of its own, as the composed "
+               "iteration sends its messages (its own malloc arena: MPICH's temporaries over 64 MB are mapped "
+               "and unmapped on every call, as inside the iteration)")
 
 REGION = {
     "mpi": "per iteration: an untimed MPI_Barrier, then one blocking MPI call",
@@ -147,6 +154,7 @@ class CollectiveResult(_Row):
     servers: int | None = None
     variant: str | None = None  # hier: which of its two variants ran ("leader" or "rs-ag")
     request: CollectiveRequest | None = field(default=None, compare=False)  # what was asked (to_argv())
+    on: str = "main"  # the thread its timed loop ran on (THREADS)
 
     @property
     def time_us(self) -> float:
@@ -174,6 +182,7 @@ class CollectiveResult(_Row):
             row["servers"] = self.servers
         if self.variant is not None:
             row["variant"] = self.variant
+        row["on"] = self.on
         row.update(self.measurement.stats())
         row["samples_us"] = list(self.measurement.samples_us)
         row.update(algbw_gbs=self.algbw_gbs, busbw_gbs=self.busbw_gbs, wrong=self.wrong)
@@ -240,6 +249,7 @@ class CollectiveRequest:
     root: int = 0
     timeout: float = DEFAULT_TIMEOUT_S
     rotate_bytes: int = 0
+    on: str = "main"  # THREADS: where the timed loop runs
 
     def __post_init__(self) -> None:
         k = kind(self.collective)
@@ -262,6 +272,10 @@ class CollectiveRequest:
             raise UsageError(f"--check must be from 0 to {MAX_ITERS}, got {self.check}")
         if not (self.timeout >= 0 and math.isfinite(self.timeout)):
             raise UsageError(f"--timeout must be a number of seconds >= 0 (0: off), got {self.timeout}")
+        if self.on not in THREADS:
+            raise UsageError(f"--on: expected {' or '.join(THREADS)}, got {self.on!r}")
+        if self.on != "main" and self.backend != "mpi":
+            raise UsageError(f"--on {self.on}: MPI only (--backend {self.backend} runs on the calling thread)")
 
     def check_ranks(self, nranks: int) -> None:
         """What depends on the communicator: the servers and the root among its ranks."""
@@ -280,7 +294,8 @@ class CollectiveRequest:
             argv += ["--algo", self.algo, "--servers", str(self.servers)]
         argv += ["-r", str(self.root)] if k.rooted else ["--mode", "in" if self.inplace else "out"]
         return argv + ["--backend", self.backend, "-n", str(self.iters), "-w", str(self.warmup), "-c",
-                       str(self.check), "-T", f"{self.timeout:g}", "--rotate", str(self.rotate_bytes)]
+                       str(self.check), "-T", f"{self.timeout:g}", "--rotate", str(self.rotate_bytes),
+                       "--on", self.on]
 
 
 def validate(collective: str, dtype: str, op: str | None, algo: str, backend: str, nranks: int,
@@ -373,12 +388,15 @@ def table(results: Sequence[CollectiveResult | WaivedRow]) -> tuple[list[Column]
 def run_one(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
             algo: str = "library", backend: str = "mpi", inplace: bool = False, *, iters: int = 20,
             warmup: int = 5, check: int = 1, servers: int = 1, root: int = 0,
-            timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm: MPI.Comm | None = None) -> CollectiveResult:
+            timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, on: str = "main",
+            comm: MPI.Comm | None = None) -> CollectiveResult:
     """Time one row. Every rank of comm must call it with the same arguments. rotate_bytes > 0
     (MPI only): successive iterations use different buffers spread over that many bytes, as
-    nccl-tests does, so that sizes below the cache are not timed from cache."""
+    nccl-tests does, so that sizes below the cache are not timed from cache. on="comm-thread"
+    (MPI only): the timed loop and the check run on a thread of their own, as the composed
+    iteration sends its messages (THREADS)."""
     return run(CollectiveRequest(collective, size_bytes, dtype, op, algo, backend, inplace, iters, warmup, check,
-                                 servers, root, timeout, rotate_bytes), comm)
+                                 servers, root, timeout, rotate_bytes, on), comm)
 
 
 def run(request: CollectiveRequest, comm: MPI.Comm | None = None) -> CollectiveResult:
@@ -408,6 +426,8 @@ def _run(req: CollectiveRequest, comm: MPI.Comm, start_on: MPI.Comm | None) -> C
     assert group is not None, "a rank outside comm takes part only through start_on"
     nranks = group.Get_size()
     req.check_ranks(nranks)
+    if req.on != "main":
+        require_thread_level("serialized", f"--on {req.on}")
     count, nbytes = element_count(req.collective, req.size_bytes, req.dtype, nranks)
     if req.backend == "gloo":
         if start_on is not None:
@@ -423,7 +443,7 @@ def _run(req: CollectiveRequest, comm: MPI.Comm, start_on: MPI.Comm | None) -> C
     spec = native.BenchSpec(collective=req.collective, count=count, dtype=req.dtype, op=req.op or "sum",
                             inplace=req.inplace, algo=req.algo, root=req.root, servers=req.servers,
                             warmup=req.warmup, iters=req.iters, check_iters=req.check, timeout_s=req.timeout,
-                            rotate_bytes=int(req.rotate_bytes) if req.backend == "mpi" else 0)
+                            rotate_bytes=int(req.rotate_bytes) if req.backend == "mpi" else 0, on=req.on)
     res = bench(comm, spec) if start_on is None else _core.comm_bench_started_together(comm, spec, start_on)
     if not member:
         return None
@@ -432,7 +452,7 @@ def _run(req: CollectiveRequest, comm: MPI.Comm, start_on: MPI.Comm | None) -> C
     return CollectiveResult(req.collective, nbytes, count, req.dtype, req.op, req.algo, req.backend, req.inplace,
                             nranks, meas, None if res.wrong < 0 else int(res.wrong), req.root if rooted else None,
                             req.servers if req.algo in SERVER_ALGOS else None,
-                            VARIANTS[req.algo](nbytes) if req.algo in VARIANTS else None, request=req)
+                            VARIANTS[req.algo](nbytes) if req.algo in VARIANTS else None, request=req, on=req.on)
 
 
 def hier_variant(size_bytes: int) -> str:
@@ -453,7 +473,7 @@ def _modes(inplace: bool | None) -> tuple[bool, ...]:
 def collective(name: str, sizes: Sizes, dtype: str = "float32", op: str | None = "sum", algo: str = "library",
                backend: str = "auto", iters: int = 20, warmup: int = 5, check: int = 1,
                inplace: bool | None = None, *, servers: int = 1, root: int = 0, device: str = "auto",
-               timeout: float = DEFAULT_TIMEOUT_S, comm: MPI.Comm | None = None) -> list[CollectiveResult]:
+               timeout: float = DEFAULT_TIMEOUT_S, on: str = "main", comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """Time `name` at every size; inplace None runs out-of-place then in-place rows (broadcast has
     one buffer: in place only)."""
     be, _ = resolve_backend(backend, device)
@@ -462,43 +482,43 @@ def collective(name: str, sizes: Sizes, dtype: str = "float32", op: str | None =
     for size in _as_sizes(sizes):
         for mode in modes:
             out.append(run_one(name, size, dtype, op, algo, be, mode, iters=iters, warmup=warmup, check=check,
-                               servers=servers, root=root, timeout=timeout, comm=comm))
+                               servers=servers, root=root, timeout=timeout, on=on, comm=comm))
     return out
 
 
 def allreduce(sizes: Sizes, dtype: str = "float32", op: str = "sum", algo: str = "library", backend: str = "auto",
               iters: int = 20, warmup: int = 5, check: int = 1, inplace: bool | None = None, *,
               servers: int = 1, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
-              comm: MPI.Comm | None = None) -> list[CollectiveResult]:
+              on: str = "main", comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """All-reduce at each size (bytes per rank; ints or strings such as '64MB'). algo: library
     (MPI_Allreduce or ncclAllReduce), ring, rd, tree, ps (with `servers` server ranks), hier
     (two levels: inside each node, then across nodes; env.topology says what a node is)."""
     return collective("allreduce", sizes, dtype, op, algo, backend, iters, warmup, check, inplace,
-                      servers=servers, device=device, timeout=timeout, comm=comm)
+                      servers=servers, device=device, timeout=timeout, on=on, comm=comm)
 
 
 def reduce_scatter(sizes: Sizes, dtype: str = "float32", op: str = "sum", backend: str = "auto", iters: int = 20,
                    warmup: int = 5, check: int = 1, inplace: bool | None = None, *, device: str = "auto",
-                   timeout: float = DEFAULT_TIMEOUT_S, comm: MPI.Comm | None = None) -> list[CollectiveResult]:
+                   timeout: float = DEFAULT_TIMEOUT_S, on: str = "main", comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """Reduce-scatter; each size is the total buffer (N blocks)."""
     return collective("reduce_scatter", sizes, dtype, op, "library", backend, iters, warmup, check, inplace,
-                      device=device, timeout=timeout, comm=comm)
+                      device=device, timeout=timeout, on=on, comm=comm)
 
 
 def allgather(sizes: Sizes, dtype: str = "float32", backend: str = "auto", iters: int = 20, warmup: int = 5,
               check: int = 1, inplace: bool | None = None, *, device: str = "auto",
-              timeout: float = DEFAULT_TIMEOUT_S, comm: MPI.Comm | None = None) -> list[CollectiveResult]:
+              timeout: float = DEFAULT_TIMEOUT_S, on: str = "main", comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """All-gather; each size is the total (gathered) buffer."""
     return collective("allgather", sizes, dtype, None, "library", backend, iters, warmup, check, inplace,
-                      device=device, timeout=timeout, comm=comm)
+                      device=device, timeout=timeout, on=on, comm=comm)
 
 
 def broadcast(sizes: Sizes, dtype: str = "float32", root: int = 0, backend: str = "auto", iters: int = 20,
               warmup: int = 5, check: int = 1, *, device: str = "auto", timeout: float = DEFAULT_TIMEOUT_S,
-              comm: MPI.Comm | None = None) -> list[CollectiveResult]:
+              on: str = "main", comm: MPI.Comm | None = None) -> list[CollectiveResult]:
     """Broadcast from `root`; each size is the buffer."""
     return collective("broadcast", sizes, dtype, None, "library", backend, iters, warmup, check, True,
-                      root=root, device=device, timeout=timeout, comm=comm)
+                      root=root, device=device, timeout=timeout, on=on, comm=comm)
 
 
 def allreduce_array(array: np.ndarray, op: str = "sum", algo: str = "library", *, servers: int = 1,
@@ -712,9 +732,9 @@ def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float
     """One fit per (collective/algorithm, dtype, op, mode) group of rows that has >= 2 sizes."""
     groups: dict[tuple[Any, ...], list[CollectiveResult]] = {}
     for r in results:
-        groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers, r.backend), []).append(r)
+        groups.setdefault((r.collective, r.algo, r.dtype, r.op, r.inplace, r.servers, r.backend, r.on), []).append(r)
     fits = []
-    for (coll, algo, dtype, op, inplace, _servers, _backend), rows in groups.items():
+    for (coll, algo, dtype, op, inplace, _servers, _backend, on), rows in groups.items():
         if len({r.size_bytes for r in rows if r.size_bytes >= min_bytes}) < 2:
             continue
         # gloo's own all-reduce is a ring (gloo/allreduce.cc: an unspecified algorithm runs ring)
@@ -723,6 +743,6 @@ def fit_results(results: Iterable[CollectiveResult], *, gamma_us_per_byte: float
                              rows[0].nranks, servers=rows[0].servers or 1,
                              gamma_us_per_byte=gamma_us_per_byte, gamma_source=gamma_source,
                              min_bytes=min_bytes, regimes=regimes)
-        fit.group = {"collective": coll, "dtype": dtype, "op": op, "inplace": inplace}
+        fit.group = {"collective": coll, "dtype": dtype, "op": op, "inplace": inplace, "on": on}
         fits.append(fit)
     return fits

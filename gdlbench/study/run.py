@@ -284,10 +284,13 @@ def _shard_fits(cfg: Config) -> bool:
 
 def _shard_fit_cells(cfg: Config, sizes: list[str]) -> list[Cell]:
     """The fits of the sharded strategies' collectives, over the all-reduce fit's sizes (a whole
-    gradient is one reduce-scatter for ZeRO-1/2), in place as the executor sends them."""
+    gradient is one reduce-scatter for ZeRO-1/2), in place and on a communication thread as the
+    executor sends them (--on comm-thread: that thread's malloc arena maps MPICH's large
+    temporaries afresh on every call, the main thread's heap keeps them)."""
     if not _shard_fits(cfg):
         return []
-    return [Cell(f"{c}-fit", "fit", [c, *sizes, "--fit", "-c", "1", "-n", "3" if cfg.quick else "10",
+    return [Cell(f"{c}-fit", "fit", [c, *sizes, "--on", "comm-thread", "--fit", "-c", "1",
+                                     "-n", "3" if cfg.quick else "10",
                                      "-w", "1" if cfg.quick else "2", "--json", f"cells/{c}-fit.json"],
                  weight=10.0 if cfg.quick else 30.0) for c in SHARD_COLLECTIVES]
 

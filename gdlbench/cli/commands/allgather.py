@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .allreduce import make
+from .allreduce import make, mpi_thread_level  # noqa: F401 (the CLI reads it)
 
 add_arguments, run = make("allgather")

@@ -41,6 +41,7 @@ class Plan(TypedDict):
     fit_min: int
     fit_regimes: int
     rotate: int
+    on: str  # the thread the timed loops run on (C.THREADS)
     outputs: Outputs  # --json, --csv
 
 
@@ -117,6 +118,11 @@ def _run_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
     p.add_argument("--rotate", default="0", metavar="BYTES",
                    help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
                         "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
+    p.add_argument("--on", choices=C.THREADS, default="main",
+                   help="MPI: the thread each row's timed loop (and check) runs on: main (default, as "
+                        "nccl-tests) or comm-thread, a thread of its own as the composed iteration sends its "
+                        "messages (its own malloc arena, which maps MPICH's large temporaries afresh on every "
+                        "call); the fits that price the iteration's sharded messages use comm-thread")
     p.add_argument("--backend", default="auto",
                    help="mpi, nccl or gloo (default: nccl on a GPU, mpi on the CPU; gloo: PyTorch's, the "
                         "library DDP uses on CPUs, through torch.distributed: needs gdlbench[torch])")
@@ -212,6 +218,8 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
     if not combos:
         raise UsageError(f"nothing to run: {waived[0].waived}")
     rotate = 0 if str(args.rotate).strip() == "0" else parse_size(args.rotate, "--rotate")
+    if args.on != "main" and backend != "mpi":
+        raise UsageError(f"--on {args.on}: MPI only (--backend {backend} runs on the calling thread)")
     fit: bool = getattr(args, "fit", False)
     fit_min = 0
     if kind.fits and str(args.fit_min).strip() != "0":
@@ -228,7 +236,7 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
     return {"sizes": sizes, "dtypes": dtypes, "ops": ops, "algos": algos, "combos": combos, "waived": waived,
             "modes": modes, "backend": backend,
             "backend_why": why, "servers": servers, "root": root, "fit": fit, "fit_min": fit_min,
-            "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "outputs": files}
+            "fit_regimes": getattr(args, "fit_regimes", 1), "rotate": rotate, "on": args.on, "outputs": files}
 
 
 def _check_memory(collective: str, plan: Plan, nranks: int, comm: MPI.Comm) -> None:
@@ -258,7 +266,7 @@ def _sweep(collective: str, args: argparse.Namespace, plan: Plan, comm: MPI.Comm
             for mode in plan["modes"]:
                 r = C.run_one(collective, size, dtype, op, algo, plan["backend"], mode, iters=args.iters,
                               warmup=args.warmup, check=args.check, servers=plan["servers"], root=plan["root"],
-                              timeout=args.timeout, rotate_bytes=plan["rotate"], comm=comm)
+                              timeout=args.timeout, rotate_bytes=plan["rotate"], on=plan["on"], comm=comm)
                 results.append(r)
                 progress.step(f"{dtype} {op or ''} {algo} {r.size_bytes} B {'in' if mode else 'out'}: "
                               f"{r.time_us:.1f} us")
@@ -311,6 +319,8 @@ def _notes(collective: str, plan: Plan, nranks: int, gamma_note: str | None) -> 
     if plan["rotate"] and plan["backend"] == "mpi":
         notes.append(f"buffers rotate over {format_bytes(plan['rotate'])} per row (--rotate): each iteration "
                      "starts from memory, not from cache")
+    if plan["on"] != "main":
+        notes.append(C.THREAD_NOTE)
     if gamma_note:
         notes.append(gamma_note)
     return notes + [f"waived (not run): {why}" for why in dict.fromkeys(w.waived for w in plan["waived"])]
@@ -477,6 +487,13 @@ def _print_fits(fits: list[C.AlphaBetaFit]) -> None:
                                           Column("size (B)", "size"), Column("measured (us)", "measured", fmt_float(1)),
                                           Column("predicted (us)", "predicted", fmt_float(1)),
                                           Column("error %", "err", fmt_float(1))], pts)
+
+
+def mpi_thread_level(args: argparse.Namespace) -> str:
+    """The least MPI thread level this run needs (cli.command_thread_level): --on comm-thread
+    calls MPI from a second thread (serialized; the CLI then counts it as a communication thread
+    beside the compute ones, as for the iteration: env.choose_mpi_wait)."""
+    return "serialized" if getattr(args, "on", "main") == "comm-thread" else "funneled"
 
 
 add_arguments, run = make("allreduce")

@@ -45,9 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="device for phases measured on the spot (auto, cpu, cuda)")
     p.add_argument("--from", dest="from_file", metavar="FILE",
                    help="communication model: a saved `gdlbench allreduce --json` file with its fit; a comma list: "
-                        "with the `reduce_scatter --fit` and `allgather --fit` reports, whose fits price the "
-                        "sharded strategies' messages (without them: their formulas with the all-reduce's "
-                        "alpha and beta)")
+                        "with the `reduce_scatter --fit --on comm-thread` and `allgather --fit --on comm-thread` "
+                        "reports, whose fits price the sharded strategies' messages (without them: their formulas "
+                        "with the all-reduce's alpha and beta)")
     p.add_argument("--algo", help="all-reduce algorithm, as allreduce --algo names it: ring (default), "
                                   + ", ".join(a for a in ALGOS if a not in SERVER_ALGOS and a != "ring")
                                   + " (long forms such as recursive_doubling accepted); with --from, which fit to use")
