@@ -156,6 +156,24 @@ def test_study_predicts_on_a_two_level_cluster(study_dir, tmp_path):
     assert p.returncode == 2 and "not both" in p.stderr, p.stderr
 
 
+def test_a_new_study_keeps_its_own_copy_of_the_cluster_file(tmp_path):
+    """--cluster FILE is copied into the study (cells/cluster.json) and the config names the copy,
+    so the study's predict commands still run where the folder is moved; a resume keeps it."""
+    from gdlbench import cli
+    from gdlbench.cli.commands.study import _prepare
+
+    cluster_file = tmp_path / "elsewhere" / "cluster.json"
+    cluster_file.parent.mkdir()
+    text = json.dumps({"nodes": 4, "per_node": 8, "intra": "nvlink4", "inter": "ib-ndr"})
+    cluster_file.write_text(text)
+    out = tmp_path / "s"
+    args = cli.build_parser().parse_args(["study", "--out", str(out), "--cluster", str(cluster_file), "--quick"])
+    root, cfg, resume = _prepare(args, 2, 1)
+    assert (root, resume, cfg.cluster) == (out, False, "cells/cluster.json")
+    assert (out / "cells" / "cluster.json").read_text() == text
+    assert str(tmp_path) not in json.dumps(cfg.to_dict()["cluster"])
+
+
 def test_several_nodes_price_the_scales_with_the_two_level_fit():
     from gdlbench.model.strategies import get_strategies
     from gdlbench.study.run import Config, _comm_source

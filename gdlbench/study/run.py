@@ -90,7 +90,7 @@ class Config:
     threads: int | None
     quick: bool
     link: str | None = None  # "ALPHA_US:GBS": predict with this link instead of the measured fit
-    cluster: str | None = None  # a cluster file (absolute path): predict on its two levels instead
+    cluster: str | None = None  # a cluster file (its copy in the study): predict on its two levels instead
     nodes: int = 1  # nodes the measuring ranks span: on several, the fit has two levels and prices the scales
     io_dir: str | None = None
     compress_ratio: float = COMPRESS_RATIO
@@ -853,6 +853,16 @@ def _validation_iteration(cfg: Config, path: str) -> tuple[dict[str, Any], str]:
     if not any(s in summary["measured_us"] for s in cfg.strategies):
         raise UsageError(f"--validate {path}: none of the study's strategies ({', '.join(cfg.strategies)}) measured")
     return doc, net
+
+
+CLUSTER_FILE = "cells/cluster.json"
+
+
+def attach_cluster(root: Path, cluster_file: str) -> str:
+    """A copy of --cluster FILE in the study (DIR/cells/cluster.json), so that the study is whole
+    where it is moved and its predict commands name the copy; returns that path (in DIR)."""
+    write_atomic(root / CLUSTER_FILE, Path(cluster_file).read_bytes())
+    return CLUSTER_FILE
 
 
 def attach_validation(root: Path, cfg: Config, iteration_file: str, fit_file: str) -> dict[str, str]:

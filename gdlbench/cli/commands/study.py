@@ -21,6 +21,7 @@ from ...study.run import (
     INDEX,
     Commands,
     Config,
+    attach_cluster,
     attach_validation,
     config_from_args,
     fmt_duration,
@@ -101,6 +102,8 @@ def _prepare(args: argparse.Namespace, world_size: int, nodes: int) -> tuple[Pat
     if bool(args.validate) != bool(args.validate_fit):
         raise UsageError("--validate FILE and --validate-fit FILE go together (the run and the link it crossed)")
     root, cfg, resume = _plan(args, world_size, nodes)
+    if cfg.cluster and not resume:
+        cfg.cluster = attach_cluster(root, cfg.cluster)
     if args.validate:
         cfg.validation = attach_validation(root, cfg, args.validate, args.validate_fit)
     return root, cfg, resume
