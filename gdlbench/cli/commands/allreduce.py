@@ -201,6 +201,8 @@ def _plan(collective: str, args: argparse.Namespace, nranks: int) -> Plan:
     root: int = getattr(args, "root", 0)
     mode: str = getattr(args, "mode", "in")
     modes = (True,) if kind.rooted else {"both": (False, True), "out": (False,), "in": (True,)}[mode]
+    if args.on != "main" and args.backend in ("gloo", "nccl"):  # before resolving it needs torch or a GPU
+        raise UsageError(f"--on {args.on}: MPI only (--backend {args.backend} runs on the calling thread)")
     backend, why = C.resolve_backend(args.backend, args.device)
     if backend == "gloo":
         modes = (True,)  # torch.distributed reduces in place
