@@ -9,6 +9,8 @@ the host name's address. Timed as the MPI harness times: per iteration an untime
 then one blocking torch.distributed call, on time.perf_counter (the steady clock); each
 iteration's time is the max over ranks. Checked exactly as the harness checks: separate,
 untimed iterations on small integers (rank + 1), every element compared with the exact result.
+The group is destroyed at exit, after every rank is done (a gloo group left to the interpreter's
+teardown aborts the process now and then: "terminate called without an active exception").
 
 reduce_scatter and allgather are timed in the forms PyTorch FSDP calls on CPU tensors (torch 2.x,
 torch/distributed/fsdp/_flat_param.py): dist.reduce_scatter_tensor of the whole buffer into the
@@ -98,8 +100,31 @@ def init(comm: Any, timeout_s: float) -> Any:
     if rank != 0:
         store = dist.TCPStore(host, port, size, False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
-    _state.update(size=size, store=store)
+    _state.update(size=size, store=store, comm=comm)
+    import atexit
+
+    atexit.register(shutdown)  # before MPI's own finalization, which was registered earlier
     return torch
+
+
+def shutdown() -> None:
+    """Destroy the gloo group made by init, on every rank together: a barrier first (no rank still
+    in a gloo call), then the group, then a barrier before rank 0 drops the store the others
+    rendezvoused through. Safe to call twice. A failed rank never gets here: it ends the run with
+    MPI_Abort, so the barriers cannot wait for a rank that is gone."""
+    if "comm" not in _state:
+        return
+    import torch.distributed as dist
+    from mpi4py import MPI
+
+    comm = _state.pop("comm")
+    if MPI.Is_finalized():
+        return
+    comm.Barrier()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    comm.Barrier()
+    _state.clear()
 
 
 def _expected(op: str, nranks: int) -> float:
