@@ -271,15 +271,16 @@ def test_gloo_reduce_scatter_and_allgather_exact_and_fit(tmp_path: Path, coll: s
     assert fit["algo"] == coll and fit["beta_us_per_byte"] > 0
 
 
-_DESTROYED_AT_EXIT = """
-import atexit
+_DESTROYED_AT_EXIT = r"""
+import atexit, os
 import torch.distributed as dist
 from mpi4py import MPI
-# registered before gloo's own handler, so it runs after it (atexit runs last in, first out)
-atexit.register(lambda: print("initialized after exit:", dist.is_initialized(), flush=True))
+# one write per line (the ranks share the pipe); registered before gloo's own handler, so it
+# runs after it (atexit runs last in, first out)
+atexit.register(lambda: os.write(1, f"initialized after exit: {dist.is_initialized()}\n".encode()))
 from gdlbench.primitives import gloo
 samples, wrong = gloo.bench("allgather", 1024, "float32", None, 0, 1, 2, 1, 60.0, 0, MPI.COMM_WORLD)
-print("wrong:", wrong, flush=True)
+os.write(1, f"wrong: {wrong}\n".encode())
 """
 
 
