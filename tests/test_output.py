@@ -26,3 +26,17 @@ def test_run_each_prints_progress_once_slow(capsys, monkeypatch):
     clock = iter([0.0, 5.0])
     run_each(["a"], "demo", str.upper, lambda q, r: r, enabled=False)  # other ranks: silent
     assert capsys.readouterr().err == ""
+
+
+def test_memory_note_reads_the_balloons_free_page_reporting_bit(tmp_path):
+    """env's memory_note: said where a virtio balloon reports free pages (feature bit 5), not
+    where it does not, nor where there is no balloon."""
+    from gdlbench.common.env import memory_note
+
+    assert memory_note(str(tmp_path)) is None
+    dev = tmp_path / "bus/virtio/drivers/virtio_balloon/virtio0"
+    dev.mkdir(parents=True)
+    (dev / "features").write_text("0101000000000000000000000000000010000000\n")  # stats, hinting: no reporting
+    assert memory_note(str(tmp_path)) is None
+    (dev / "features").write_text("0110010100000000000000000000000010000000\n")
+    assert "free page reporting" in (memory_note(str(tmp_path)) or "")
