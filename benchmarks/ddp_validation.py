@@ -1,27 +1,30 @@
-"""gdlbench's prediction of a real PyTorch DDP job (gloo, CPU) from one profiler trace, held
+"""gdlbench's prediction of a real PyTorch DDP job (gloo, CPU) from its own profiler trace, held
 against the job itself on every configuration (issue 31's validation; figures in RESULTS.md).
 
 Per net (torchvision's resnet50, and a GPT-2-style decoder built from torch.nn layers):
-1. profile the job once on 1 rank (benchmarks/ddp_job.py: --steps timed steps, then 5 profiled)
-   and import the trace (`gdlbench import-trace --step-ms`, the median of that run's unprofiled
-   steps, as a user's training log gives it: the profiler's own cost is taken out): the phases and
-   the gradients every prediction starts from. The 1-rank row is therefore a replay of the traced
-   configuration, held against separate runs; the others are predictions;
-2. per configuration with communication, measure gloo's all-reduce on that link with gdlbench
+1. per configuration with communication, measure gloo's all-reduce on that link with gdlbench
    (`gdlbench allreduce --backend gloo --fit --beside-compute`, the ranks placed as the job's);
-3. predict every configuration from that one trace and that link's fit (`gdlbench predict
-   --strategy ddp`);
-4. run the real job there (--reps runs of --steps timed steps after --warmup, each step the
-   slowest rank's; the median over all steps, the spread between the runs' medians), each run
-   ending with --profile-steps profiled steps to read the exposed communication it actually had
-   (import-trace; the median over every run's profiled steps);
-   The exposed communication compared is the step's wait after backward's last layer (the
-   prediction's comm_wait_us; in the trace, the main thread's idle time before the optimizer);
-5. beside them, gdlbench's own composed skeleton of the same net with the ddp preset (`gdlbench
-   iteration --strategy ddp`, ResNet-50 only: gdlbench has no transformer layers yet).
+2. then --reps repetitions, each of which first profiles the job on 1 rank (benchmarks/ddp_job.py:
+   --steps timed steps, then 5 profiled) and imports the trace (`gdlbench import-trace --step-ms`,
+   the median of that run's unprofiled steps, as a user's training log gives it: the profiler's
+   own cost is taken out), then runs the real job on every configuration (--steps timed steps
+   after --warmup, each step the slowest rank's, ending with --profile-steps profiled steps that
+   say what communication it waited for) and predicts each of them from that trace and the
+   link's fit (`gdlbench predict --strategy ddp`). The 1-rank row is therefore a replay of the
+   traced configuration, held against a separate run; the others are predictions. A trace taken
+   once at the start carried the machine's drift (its speed moves by 10-20 % over minutes) into
+   every later row: each repetition's runs follow their own trace;
+3. per configuration: the measured step (the median over every run's timed steps; the spread
+   between the runs' medians), the predicted (the median of the repetitions' predictions), the
+   error (the median of each run's error against its own repetition's prediction); the exposed
+   communication compared is the step's wait after backward's last layer (the prediction's
+   comm_wait_us; in the trace, the main thread's idle time before the optimizer), the median over
+   every run's profiled steps;
+4. beside them, gdlbench's own composed skeleton of the same net with the ddp preset (`gdlbench
+   iteration --strategy ddp`, ResNet-50 only).
 
 --strategies ddp,fsdp also holds PyTorch FSDP (FULL_SHARD, one unit per block; the gpt net) the same
-way: its job profiled once on 1 rank, the reduce-scatter and all-gather fitted on gloo beside the
+way: its job profiled on 1 rank in each repetition, the reduce-scatter and all-gather fitted on gloo beside the
 all-reduce (`gdlbench reduce_scatter|allgather --backend gloo --fit`), predicted with
 benchmarks/fsdp_gloo.json (FSDP's plan, every collective blocking as it does on CPU tensors; the fsdp
 preset's overlapped prediction beside it), the measured exposed communication the time its
@@ -100,27 +103,31 @@ def ranks(config: str) -> int:
     return 1 if config == "1 rank" else 2
 
 
-def measure_job(args: argparse.Namespace, net: str, config: str, out: Path, strategy: str = "ddp") -> dict[str, Any]:
-    """The real job: --reps runs, each ending with --profile-steps profiled steps; the exposed
-    communication is the median over the profiled steps of every run (one step's swings by 20-30 %
-    of itself: the link-bound part splits between a slower backward and a shorter wait). DDP's is
-    the wait after backward; FSDP's (whose collectives block where they are issued, forward and
-    backward) the time its communication spans ran while the job's thread ran no operator."""
-    steps: list[float] = []
-    medians: list[float] = []
-    traced: list[StepPhases] = []
+def measure_run(args: argparse.Namespace, net: str, config: str, out: Path, strategy: str, rep: int) -> dict[str, Any]:
+    """One run of the real job: --steps timed steps after --warmup, ending with --profile-steps
+    profiled steps that say what communication it waited for (import-trace)."""
     tag = net if strategy == "ddp" else f"{net}-{strategy}"
-    for rep in range(args.reps):
-        path = out / f"job-{tag}-{slug(config)}-{rep}.json"
-        trace = out / f"trace-{tag}-{slug(config)}-{rep}.json"
-        launch(config, [*job_args(args, net, strategy), "--steps", str(args.steps), "--warmup", str(args.warmup),
-                        "--json", str(path), "--profile", str(args.profile_steps), "--trace", str(trace)])
-        doc = json.loads(path.read_text())
-        steps += doc["step_us"]["samples"]
-        medians.append(doc["step_us"]["median"])
-        traced += import_trace(trace, batch=args.batch).steps
-    gdl_json(["import-trace", str(out / f"trace-{tag}-{slug(config)}-0.json"), "--batch", str(args.batch)],
-             out / f"imported-{tag}-{slug(config)}.json")  # the first run's, as a user would see it
+    path = out / f"job-{tag}-{slug(config)}-{rep}.json"
+    trace = out / f"trace-{tag}-{slug(config)}-{rep}.json"
+    launch(config, [*job_args(args, net, strategy), "--steps", str(args.steps), "--warmup", str(args.warmup),
+                    "--json", str(path), "--profile", str(args.profile_steps), "--trace", str(trace)])
+    if rep == 0:  # the first run's, as a user would see it
+        gdl_json(["import-trace", str(trace), "--batch", str(args.batch)], out / f"imported-{tag}-{slug(config)}.json")
+    doc = json.loads(path.read_text())
+    return {"samples": doc["step_us"]["samples"], "median": doc["step_us"]["median"],
+            "traced": import_trace(trace, batch=args.batch).steps}
+
+
+def summarise_runs(runs: list[dict[str, Any]], strategy: str) -> dict[str, Any]:
+    """A configuration's runs together: the median over every timed step, the spread between the
+    runs' medians, and from the profiled steps of every run the median communication waited for
+    (one step's swings by 20-30 % of itself: the link-bound part splits between a slower backward
+    and a shorter wait). DDP's is the wait after backward; FSDP's (whose collectives block where
+    they are issued, forward and backward) the time its communication spans ran while the job's
+    thread ran no operator."""
+    steps = [t for r in runs for t in r["samples"]]
+    medians = [r["median"] for r in runs]
+    traced = [s for r in runs for s in r["traced"]]
     med = statistics.median(steps)
     key = "exposed_comm_us" if strategy == "ddp" else "comm_blocked_us"
     return {"step_us": med, "spread": (max(medians) - min(medians)) / med,
@@ -197,14 +204,14 @@ def skeleton(args: argparse.Namespace, config: str, out: Path) -> float:
 FSDP_GLOO = str(ROOT / "benchmarks" / "fsdp_gloo.json")
 
 
-def profile_once(args: argparse.Namespace, net: str, strategy: str, out: Path) -> Path:
+def profile(args: argparse.Namespace, net: str, strategy: str, out: Path, rep: int) -> Path:
     """Profiles the job on 1 rank and imports the trace with the step time its own log gives."""
     tag = net if strategy == "ddp" else f"{net}-{strategy}"
-    trace, logged = out / f"profile-{tag}.json", out / f"profile-{tag}-steps.json"
+    trace, logged = out / f"profile-{tag}-{rep}.json", out / f"profile-{tag}-{rep}-steps.json"
     launch("1 rank", [*job_args(args, net, strategy), "--steps", str(args.steps), "--warmup", str(args.warmup),
                       "--profile", "5", "--trace", str(trace), "--json", str(logged)])
     step_ms = json.loads(logged.read_text())["step_us"]["median"] / 1e3  # the job's log: its step unprofiled
-    phases = out / f"phases-{tag}.json"
+    phases = out / f"phases-{tag}-{rep}.json"
     gdl_json(["import-trace", str(trace), "--batch", str(args.batch), "--name", net, "--step-ms",
               f"{step_ms:.3f}"], phases)
     return phases
@@ -220,36 +227,55 @@ def predict(phases: Path, strategy: str, config: str, fits: dict[str, list[Path]
     return dict(gdl_json(cmd, out / f"predict-{phases.stem}-{name}-{slug(config)}.json")["rows"][0])
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rows) for k in ("t_iter_us", "comm_wait_us")}
+
+
 def run_net(args: argparse.Namespace, net: str, strategy: str, configs: list[str],
             fits: dict[str, list[Path]], out: Path) -> bool:
-    """One net and job strategy: its table and the goal's verdict. fsdp is predicted as it runs on
-    gloo (benchmarks/fsdp_gloo.json: nothing overlaps), the fsdp preset (overlapped, as on GPUs) beside it."""
-    phases = profile_once(args, net, strategy, out)
+    """One net and job strategy: its table and the goal's verdict. Each repetition profiles the job
+    on 1 rank, then runs every configuration, each predicted from the trace just taken (the
+    machine's speed drifts over minutes: a trace from the start of the session carried the drift
+    into every row). fsdp is predicted as it runs on gloo (benchmarks/fsdp_gloo.json: nothing
+    overlaps), the fsdp preset (overlapped, as on GPUs) beside it."""
     model = "ddp" if strategy == "ddp" else FSDP_GLOO
-    print(f"\n## {net}, {strategy}, batch {args.batch} per rank, 1 torch thread per rank; profiled once on 1 "
-          f"rank (5 steps), every row predicted from that trace ({Path(model).stem})", flush=True)
-    print("| configuration | measured step (ms) | spread | predicted (ms) | error | exposed comm measured "
-          "| predicted | diff (% of step) | " + ("gdlbench skeleton, ddp (ms) |" if strategy == "ddp"
-                                               else "fsdp preset, overlapped (ms) |"))
-    print("|---|---|---|---|---|---|---|---|---|")
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    preds: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    presets: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    phases = Path()
+    for rep in range(args.reps):
+        phases = profile(args, net, strategy, out, rep)
+        for config in configs:
+            runs[config].append(measure_run(args, net, config, out, strategy, rep))
+            preds[config].append(predict(phases, model, config, fits, out))
+            if strategy != "ddp":
+                presets[config].append(predict(phases, "fsdp", config, fits, out))
+    print(f"\n## {net}, {strategy}, batch {args.batch} per rank, 1 torch thread per rank; {args.reps} repetition(s), "
+          f"each profiled on 1 rank (5 steps) right before its runs and predicting them ({Path(model).stem})", flush=True)
+    print("| configuration | measured step (ms) | spread | predicted (ms) | error | error per run | exposed comm "
+          "measured | predicted | diff (% of step) | " + ("gdlbench skeleton, ddp (ms) |" if strategy == "ddp"
+                                                           else "fsdp preset, overlapped (ms) |"))
+    print("|---|---|---|---|---|---|---|---|---|---|")
     errors, comm_diffs, overhead, parts = [], [], [], []
     for config in configs:
-        measured = measure_job(args, net, config, out, strategy)
-        pred = predict(phases, model, config, fits, out)
-        err = (pred["t_iter_us"] - measured["step_us"]) / measured["step_us"]
+        measured = summarise_runs(runs[config], strategy)
+        pred = median_row(preds[config])
+        per_run = [(p["t_iter_us"] - r["median"]) / r["median"] for p, r in zip(preds[config], runs[config], strict=True)]
+        err = statistics.median(per_run)
         diff = (pred["comm_wait_us"] - measured["exposed_us"]) / measured["step_us"]
         overhead.append(f"{config} {100 * (measured['traced_step_us'] / measured['step_us'] - 1):+.1f} %")
         errors.append(abs(err))
         comm_diffs.append(abs(diff))
         if strategy != "ddp":
-            extra = f"{predict(phases, 'fsdp', config, fits, out)['t_iter_us'] / 1e3:.0f}"
+            extra = f"{median_row(presets[config])['t_iter_us'] / 1e3:.0f}"
             if config in fits:
                 parts.append(f"{config}: {components(measured, pred, phases, fits[config])}")
         else:
             extra = "-" if net != "resnet50" or args.no_skeleton else f"{skeleton(args, config, out) / 1e3:.0f}"
         print(f"| {config} | {measured['step_us'] / 1e3:.0f} | {100 * measured['spread']:.1f} % | "
-              f"{pred['t_iter_us'] / 1e3:.0f} | {100 * err:+.1f} % | {measured['exposed_us'] / 1e3:.0f} ms | "
-              f"{pred['comm_wait_us'] / 1e3:.0f} ms | {100 * diff:+.1f} % | {extra} |", flush=True)
+              f"{pred['t_iter_us'] / 1e3:.0f} | {100 * err:+.1f} % | {', '.join(f'{100 * e:+.1f}' for e in per_run)} | "
+              f"{measured['exposed_us'] / 1e3:.0f} ms | {pred['comm_wait_us'] / 1e3:.0f} ms | {100 * diff:+.1f} % | "
+              f"{extra} |", flush=True)
     print(f"\nthe profiled steps of each run against its unprofiled median (the profiler's cost, and the "
           f"run's drift): {', '.join(overhead)}")
     if parts:
