@@ -103,7 +103,7 @@ def init(comm: Any, timeout_s: float) -> Any:
     _state.update(size=size, store=store, comm=comm)
     import atexit
 
-    atexit.register(shutdown)  # before MPI's own finalization, which was registered earlier
+    atexit.register(shutdown)  # runs while MPI is still up: mpi4py finalises it later (Py_AtExit)
     return torch
 
 
@@ -118,12 +118,13 @@ def shutdown() -> None:
     from mpi4py import MPI
 
     comm = _state.pop("comm")
-    if MPI.Is_finalized():
-        return
-    comm.Barrier()
+    together = not MPI.Is_finalized()  # a program that finalised MPI itself: no barriers left
+    if together:
+        comm.Barrier()
     if dist.is_initialized():
         dist.destroy_process_group()
-    comm.Barrier()
+    if together:
+        comm.Barrier()
     _state.clear()
 
 

@@ -116,7 +116,7 @@ def _run_options(p: argparse.ArgumentParser, kind: C.Kind) -> None:
         p.add_argument("--mode", choices=("both", "out", "in"), default="both",
                        help="out-of-place, in-place or both (default both, as nccl-tests)")
     p.add_argument("--rotate", default="0", metavar="BYTES",
-                   help="MPI: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
+                   help="MPI and gloo: cycle the iterations through buffers spread over BYTES (as nccl-tests), so "
                         "sizes that fit in the CPU caches are not timed from cache (default 0: off; e.g. 256M)")
     p.add_argument("--on", choices=C.THREADS, default="main",
                    help="MPI: the thread each row's timed loop (and check) runs on: main (default, as "
