@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=20.0, help="seconds idle before each round's first process")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if not args.gb > 0 or args.idle < 0 or args.rounds < 1:
+        ap.error("--gb must be above 0, --idle at least 0, --rounds at least 1")
     print(f"memory_note: {memory_note() or 'none (no free page reporting seen)'}")
     after_idle, back_to_back = [], []
     for r in range(args.rounds):
