@@ -219,7 +219,9 @@ def main() -> None:
                 it_json = out / f"iteration-{ranks}-{net}-{rep}.json"
                 run(mpi + ["iteration", "--net", net, "--batch", str(batch), "--strategy", args.strategy,
                            "--iters", str(args.iters), "--warmup", "1", "--threads", str(threads),
-                           "--io-dir", str(out / "dataset"),
+                           # every --iters round, not iteration's adaptive stop (its 20 s budget cut the
+                           # transformer runs of 2026-12-06/07 to 5 rounds whatever --iters said)
+                           "--target-se", "0", "--max-seconds", "0", "--io-dir", str(out / "dataset"),
                            "--json", str(it_json), "--trace", str(out / f"trace-{ranks}-{net}-{rep}.json")])
                 it = json.loads(it_json.read_text())
                 tag = f"{ranks}-{net}-{rep}"
@@ -237,6 +239,7 @@ def main() -> None:
                     own_us = own[r["strategy"]]["t_iter_us"] if r["strategy"] in own else None
                     main_us = own_main[r["strategy"]]["t_iter_us"] if r["strategy"] in own_main else None
                     rows.append({"ranks": ranks, "net": net, "batch": batch, "rep": rep, "strategy": r["strategy"],
+                                 "rounds": it["summary"]["rounds"],
                                  "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
                                  "model_us": r["predicted_us"], "model_err": r["error_pct"],
                                  "error_se": r["error_se_pct"], "predict_us": fit_us,
@@ -254,7 +257,8 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["ranks"], r["net"], r["strategy"]), []).append(r)
-    print(f"\n{args.reps} repetition(s) of {args.iters} rounds; JSON in {out}")
+    ran = sorted({r["rounds"] for r in rows})
+    print(f"\n{args.reps} repetition(s) of {'-'.join(map(str, ran))} rounds (asked: {args.iters}); JSON in {out}")
     print(f"{'ranks':>5s} {'net':12s} {'batch':>5s} {'strategy':12s} {'measured':>9s} {'spread':>7s} "
           f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'predict med':>11s} {'worst':>7s}"
           + (f"   {'rs/ag fit med':>13s} {'worst':>7s}" if any(r.get("own_fit_err") is not None for r in rows) else "")
@@ -291,7 +295,7 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         n = len(acc["model_med"])
         ok_model = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST for m, w in zip(acc["model_med"], acc["model_worst"], strict=True))
         ok_pred = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST for m, w in zip(acc["predict_med"], acc["predict_worst"], strict=True))
-        print(f"RESULTS: {ranks} rank(s), {args.nets}, {args.reps} reps x {args.iters} rounds: model median |err| "
+        print(f"RESULTS: {ranks} rank(s), {args.nets}, {args.reps} reps x {'-'.join(map(str, ran))} rounds: model median |err| "
               f"{statistics.median(acc['model_med']):.1f} % (worst row median {max(acc['model_med']):.1f} %, worst "
               f"single {max(acc['model_worst']):.1f} %), goal met {ok_model}/{n}; predict median |err| "
               f"{statistics.median(acc['predict_med']):.1f} % (worst single {max(acc['predict_worst']):.1f} %), goal "

@@ -40,3 +40,15 @@ def test_memory_note_reads_the_balloons_free_page_reporting_bit(tmp_path):
     assert memory_note(str(tmp_path)) is None
     (dev / "features").write_text("0110010100000000000000000000000010000000\n")
     assert "free page reporting" in (memory_note(str(tmp_path)) or "")
+    # the guest reports free blocks of page_reporting_order and above: above the largest order, none
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "buddyinfo").write_text("Node 0, zone      DMA      0      0      0      0      0      0      0"
+                                    "      0      1      1      3\n")
+    order = tmp_path / "module/page_reporting/parameters/page_reporting_order"
+    order.parent.mkdir(parents=True)
+    for value, off in (("9\n", False), ("10\n", False), ("11\n", True)):
+        order.write_text(value)
+        note = memory_note(str(tmp_path), str(proc)) or ""
+        assert ("switched off" in note) is off, (value, note)
+        assert ("echo 11 >" in note) is not off, (value, note)

@@ -6,6 +6,7 @@ import os
 import platform
 import sys
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
@@ -313,11 +314,16 @@ def blas_note() -> str | None:
     return None
 
 
-def memory_note(sysfs: str = "/sys") -> str | None:
+REPORTING_ORDER = "module/page_reporting/parameters/page_reporting_order"
+
+
+def memory_note(sysfs: str = "/sys", proc: str = "/proc") -> str | None:
     """Says when this machine is a VM that hands freed memory back to its host (virtio-balloon
     free page reporting, feature bit 5): memory first touched after a few idle seconds then
     faults on the host too. On the development VM a fresh process took 4.8 s to touch 2 GB after
-    15 s idle and 0.24 s right after another had done the same (benchmarks/first_touch.py)."""
+    15 s idle and 0.24 s right after another had done the same (benchmarks/first_touch.py). The
+    guest reports free blocks of page_reporting_order and above; an order above the largest the
+    buddy allocator has (its columns in /proc/buddyinfo) reports none: then the note says so."""
     import glob
 
     for path in glob.glob(f"{sysfs}/bus/virtio/drivers/virtio_balloon/virtio*/features"):
@@ -326,10 +332,25 @@ def memory_note(sysfs: str = "/sys") -> str | None:
                 bits = f.read().strip()
         except OSError:
             continue
-        if len(bits) > 5 and bits[5] == "1":
-            return ("this VM hands freed memory back to its host (virtio-balloon free page reporting): memory "
-                    "touched first after a few idle seconds faults on the host too (20x on gdlbench's development VM), so a run "
-                    "that allocates fresh memory is slower after a pause than right after another run")
+        if len(bits) <= 5 or bits[5] != "1":
+            continue
+        try:
+            order: int | None = int(Path(sysfs, REPORTING_ORDER).read_text())
+        except (OSError, ValueError):
+            order = None
+        try:  # "Node 0, zone Normal" and a count per order
+            orders: int | None = len(Path(proc, "buddyinfo").read_text().splitlines()[0].split()) - 4
+        except (OSError, IndexError):
+            orders = None
+        if order is not None and orders is not None and order >= orders:
+            return (f"this VM's balloon can hand freed memory back to its host (virtio-balloon free page "
+                    f"reporting), switched off here (page_reporting_order {order}, above the largest order "
+                    f"{orders - 1}): a first touch after a pause faults in the guest alone")
+        return ("this VM hands freed memory back to its host (virtio-balloon free page reporting): memory "
+                "touched first after a few idle seconds faults on the host too (20x on gdlbench's development "
+                "VM), so a run that allocates fresh memory is slower after a pause than right after another "
+                f"run; as root, `echo {orders or 11} > {sysfs}/{REPORTING_ORDER}` "
+                "switches it off (docs/report.md)")
     return None
 
 
