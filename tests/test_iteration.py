@@ -195,10 +195,12 @@ def test_first_screen_of_a_users_net(tmp_path):
     assert doc["summary"]["rounds"] == 3 and doc["args"]["strategy"] == "serial"
     (it,) = _composed_numbers(doc, batch=2, workers=1)
     assert len(it["samples_us"]) == 3  # one composed iteration per round
-    full = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--iters", "2", "--warmup", "0", "--device", "cpu",
-                   "--no-io", "--full")
+    # a budget spent after --min-rounds stops the run early: the tables say the rounds it made
+    full = run_cli("iteration", "--net", CONVNET, "--batch", "2", "--iters", "6", "--min-rounds", "2",
+                   "--max-seconds", "0.001", "--warmup", "0", "--device", "cpu", "--no-io", "--full")
     assert full.returncode == 0, full.stderr
     assert "composed iteration per strategy" in full.stdout
+    assert "2 rounds (of at most 6)" in " ".join(full.stdout.split())
     assert all(s in full.stdout for s in ("serial", "prefetch", "wfbp", "wfbp-fusion"))
 
 

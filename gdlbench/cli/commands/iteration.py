@@ -163,6 +163,12 @@ def print_first_screen(r: IterationResult, it: Iteration, chosen: bool) -> None:
     _say(next_step(r, rows, it.net.origin if it.net.origin != "<dict>" else r.net))
 
 
+def rounds_run(r: IterationResult, it: Iteration) -> str:
+    """The rounds the run made, and of how many at most when it may stop early (--target-se)."""
+    rounds = len(r.runs[0].composed.samples_us)
+    return f"{rounds} rounds" + (f" (of at most {it.iters})" if it.target_se_pct and rounds < it.iters else "")
+
+
 def _print_phases(console: Console, r: IterationResult, it: Iteration, serial: float) -> None:
     """The run's header, then the phases alone and the layers that take the most time."""
     phase_rows = [{"phase": k, "time_ms": m.median / 1e3, "p95_ms": m.p95 / 1e3, "time_cv": m.cv,
@@ -174,7 +180,7 @@ def _print_phases(console: Console, r: IterationResult, it: Iteration, serial: f
     clock = "host steady clock" if r.device == "cpu" else "CUDA events (composed iteration: host steady clock)"
     print_table("phases, each measured alone (medians; comm: see strategies)", PHASE_COLUMNS, phase_rows,
                 caption=f"clock: {clock}; the isolated round: one iteration without communication, every phase "
-                        f"stamped, one before every composed iteration; {it.iters} rounds, {it.warmup} warm-up "
+                        f"stamped, one before every composed iteration; {rounds_run(r, it)}, {it.warmup} warm-up "
                         "iteration(s) before each composed one and the run's first isolated one; multi-rank "
                         "phases are the slowest rank's (whose backward ended last)")
     print_table("layers that take the most time", LAYER_COLUMNS,
