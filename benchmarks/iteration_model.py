@@ -25,6 +25,9 @@ bias: the median signed error over the repetitions; a bias beyond twice its stan
 --noise only times, on one rank, the same iteration (no communication) 30 times in a row, at 1
 thread and at --threads: its coefficient of variation is the machine's noise, which no model can
 beat (an A/A test), then stops.
+Around each iteration process the load average and the /proc/vmstat counters' deltas (page faults,
+compaction, huge pages, reclaim) are printed with the comm phase alone / inside per strategy, and
+kept in rows.json ("machine").
 --explain first times, on one rank, the passes repeated alone (the old way) against the
 isolated round and the composed serial iteration, in alternation: the bias it removed.
 """
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -48,6 +52,20 @@ from gdlbench.primitives.collectives import fit_sweep_for_messages
 
 BIN = Path(sys.executable).parent
 GOAL_MEDIAN, GOAL_WORST = 3.0, 5.0
+
+
+# /proc/vmstat counters read around each iteration process (Linux): page faults, compaction,
+# transparent huge pages, reclaim; what the machine's memory did while the rounds ran.
+VMSTAT_KEYS = ("pgfault", "pgmajfault", "compact_stall", "compact_migrate_scanned", "thp_fault_alloc",
+               "thp_collapse_alloc", "pgsteal_direct", "pgscan_kswapd", "numa_pages_migrated")
+
+
+def vmstat() -> dict[str, int]:
+    try:
+        pairs = (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    except OSError:
+        return {}
+    return {k: int(v) for k, v in pairs if k in VMSTAT_KEYS}
 
 
 def run(cmd: list[str]) -> None:
@@ -217,13 +235,22 @@ def main() -> None:
             batch = given[net] if args.batch else max(1, given[net] // ranks)
             for rep in range(args.reps):
                 it_json = out / f"iteration-{ranks}-{net}-{rep}.json"
+                before, load_before = vmstat(), os.getloadavg()[0]
                 run(mpi + ["iteration", "--net", net, "--batch", str(batch), "--strategy", args.strategy,
                            "--iters", str(args.iters), "--warmup", "1", "--threads", str(threads),
                            # every --iters round, not iteration's adaptive stop (its 20 s budget cut the
                            # transformer runs of 2026-12-06/07 to 5 rounds whatever --iters said)
                            "--target-se", "0", "--max-seconds", "0", "--io-dir", str(out / "dataset"),
                            "--json", str(it_json), "--trace", str(out / f"trace-{ranks}-{net}-{rep}.json")])
+                after = vmstat()
+                machine = {"load_before": load_before, "load_after": os.getloadavg()[0],
+                           "vmstat_delta": {k: after[k] - before[k] for k in after if k in before}}
                 it = json.loads(it_json.read_text())
+                comm = {name: (t["comm"]["alone_us"], t["comm"]["inside_us"])
+                        for name, t in it["summary"].get("phase_table", {}).items() if "comm" in t}
+                print(f"  rep {rep}: load {load_before:.1f} -> {machine['load_after']:.1f}; vmstat "
+                      + ", ".join(f"{k} {v}" for k, v in machine["vmstat_delta"].items() if v) + "; comm alone / inside (ms): "
+                      + ", ".join(f"{n} {a / 1e3:.0f}/{b / 1e3:.0f}" for n, (a, b) in comm.items()), flush=True)
                 tag = f"{ranks}-{net}-{rep}"
                 pred = predicted(net, it_json, ranks, strategies, [fit_json] if ranks > 1 else [], out, tag)
                 # the sharded strategies again, their messages priced by the rs/ag fits themselves
@@ -239,7 +266,7 @@ def main() -> None:
                     own_us = own[r["strategy"]]["t_iter_us"] if r["strategy"] in own else None
                     main_us = own_main[r["strategy"]]["t_iter_us"] if r["strategy"] in own_main else None
                     rows.append({"ranks": ranks, "net": net, "batch": batch, "rep": rep, "strategy": r["strategy"],
-                                 "rounds": it["summary"]["rounds"],
+                                 "rounds": it["summary"]["rounds"], "machine": machine,
                                  "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
                                  "model_us": r["predicted_us"], "model_err": r["error_pct"],
                                  "error_se": r["error_se_pct"], "predict_us": fit_us,
