@@ -167,7 +167,7 @@ def test_cli_two_ranks_compares_strategies(tmp_path):
 
 def test_rounds_stop_when_the_error_is_known_well_enough():
     # a target any run meets: min_rounds, no more; a budget already spent: min_rounds too
-    for kw in ({"target_se_pct": 1e9}, {"target_se_pct": 1e-9, "budget_s": 1e-9}):
+    for kw in ({"target_se_pct": 1e9}, {"target_se_pct": 1e-9, "budget_s": 1e-9}, {"budget_s": 1e-9}):
         r = Iteration(MLP, batch=2, device="cpu", strategy="serial", iters=30, warmup=0, io=False, min_rounds=3,
                       **kw).measure()
         assert len(r.runs[0].composed.samples_us) == 3, kw
@@ -202,6 +202,35 @@ def test_first_screen_of_a_users_net(tmp_path):
     assert "composed iteration per strategy" in full.stdout
     assert "2 rounds (of at most 6)" in " ".join(full.stdout.split())
     assert all(s in full.stdout for s in ("serial", "prefetch", "wfbp", "wfbp-fusion"))
+
+
+@pytest.mark.parametrize("argv, iters, target_se, budget", [
+    ([], 30, 1.0, 20.0),  # adaptive: at most 30 rounds, stopped at 1 % se or 20 s
+    (["--iters", "7"], 7, None, None),  # --iters N: exactly N rounds
+    (["--iters", "7", "--max-seconds", "5"], 7, None, 5.0),  # early stops only where asked for
+    (["--iters", "7", "--target-se", "2"], 7, 2.0, None),
+    (["--target-se", "0", "--max-seconds", "0"], 30, None, None),
+])
+def test_iters_asks_for_exactly_that_many_rounds(argv, iters, target_se, budget):
+    from gdlbench.cli import build_parser
+    from gdlbench.cli.commands.iteration import request_from_args
+
+    req = request_from_args(build_parser().parse_args(["iteration", "--net", "alexnet", *argv]))
+    assert (req.iters, req.target_se_pct, req.budget_s) == (iters, target_se, budget)
+
+
+def test_help_states_each_commands_own_defaults():
+    """--iters and --warmup say the defaults the command uses (iteration, io, copy, compress set their own)."""
+    from gdlbench.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name, iters, warmup in (("iteration", "rounds, exactly (default: at most 30", 1), ("io", "(default 10)", 2),
+                                ("copy", "(default 10)", 2), ("compress", "(default 5)", 1), ("update", "(default 20)", 5)):
+        parser = sub.choices[name]
+        helps = {a.dest: " ".join((a.help or "").split()) for a in parser._actions}
+        assert iters in helps["iters"], (name, helps["iters"])
+        assert helps["warmup"] == f"untimed warm-up iterations (default {warmup})", name
+        assert parser.get_default("warmup") == warmup, name
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -47,14 +47,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def common_options(p: argparse.ArgumentParser, *, device: bool = True, timing: bool = True,
-                   short_iters: bool = True) -> None:
-    """Options every measuring command shares (-n/-w as in nccl-tests, unless -n means a size)."""
+                   short_iters: bool = True, iters: int | None = 20, warmup: int = 5,
+                   iters_help: str = "timed iterations per row") -> None:
+    """Options every measuring command shares (-n/-w as in nccl-tests, unless -n means a size);
+    iters, warmup: the command's defaults (iters None: the command decides, and iters_help says how)."""
     if device:
         p.add_argument("--device", default="auto", help="auto (cuda when a GPU is visible), cpu or cuda")
     if timing:
-        p.add_argument(*(["-n"] if short_iters else []), "--iters", type=int, default=20,
-                       help="timed iterations per row (default 20)")
-        p.add_argument(*(["-w"] if short_iters else []), "--warmup", type=int, default=5, help="untimed warm-up iterations (default 5)")
+        p.add_argument(*(["-n"] if short_iters else []), "--iters", type=int, default=iters,
+                       help=iters_help + ("" if iters is None else f" (default {iters})"))
+        p.add_argument(*(["-w"] if short_iters else []), "--warmup", type=int, default=warmup,
+                       help=f"untimed warm-up iterations (default {warmup})")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU compute threads per rank (default: cores / ranks on the node)")
     ranks_per_node_option(p)

@@ -77,10 +77,10 @@ class IterationRequest:
     """What Iteration measures, checked once when made; to_argv() is the `gdlbench iteration`
     command that measures it again. net: a built-in name, a spec file or a Network (given by its
     origin); strategy: a preset, a comma list, all, or Strategy objects (given by their names).
-    `iters` rounds, `warmup` untimed iterations before each composed one; with target_se_pct,
-    `iters` is the most rounds: the run stops once min_rounds are done and every strategy's error
-    has a standard error at most target_se_pct, or once the rounds have taken budget_s seconds
-    (target_se_pct and budget_s: None or 0, off). io_threads: threads that read the batch
+    `iters` rounds, `warmup` untimed iterations before each composed one; with target_se_pct or
+    budget_s, `iters` is the most rounds: the run stops once min_rounds are done and every
+    strategy's error has a standard error at most target_se_pct, or once the rounds have taken
+    budget_s seconds (target_se_pct and budget_s: None or 0, off). io_threads: threads that read the batch
     (default: the compute threads)."""
 
     net: str | Network = "resnet50"
@@ -747,6 +747,11 @@ class Iteration:
             local = env.local_ranks()
             require_host(need * local, what + (f", {local} ranks on this node" if local > 1 else ""))
 
+    @property
+    def may_stop_early(self) -> bool:
+        """Whether --target-se or --max-seconds may end the run before `iters` rounds."""
+        return bool(self.target_se_pct or self.budget_s)
+
     def overlap_efficiency(self) -> float:
         """0 when this CPU's compute threads fill every core: the communication and the prefetched
         I/O that a strategy overlaps with compute are then CPU work on the same cores, and hide
@@ -772,15 +777,16 @@ class Iteration:
     def _enough(self, rounds: int, iso_traces: list[list[dict[str, Any]]],
                 composed: list[list[tuple[float, list[dict[str, Any]]]]], started: float) -> bool:
         """Whether the rounds so far are enough (class docstring); every rank gets rank 0's answer."""
-        if self.target_se_pct is None or rounds < self.min_rounds:
+        if not self.may_stop_early or rounds < self.min_rounds:
             return False
         stop = False
         if self.comm.Get_rank() == 0:
-            whole = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], "steady-clock")
-            se = max(100.0 * math.hypot(whole.median_se, c.median_se) / c.median
-                     for c in (Measurement([s for s, _ in rounds_k], "steady-clock") for rounds_k in composed))
-            spent = self.budget_s is not None and time.monotonic() - started >= self.budget_s
-            stop = se <= self.target_se_pct or spent
+            stop = self.budget_s is not None and time.monotonic() - started >= self.budget_s
+            if not stop and self.target_se_pct is not None:
+                whole = Measurement([max(t["update_end_us"] for t in ranks) for ranks in iso_traces], "steady-clock")
+                se = max(100.0 * math.hypot(whole.median_se, c.median_se) / c.median
+                         for c in (Measurement([s for s, _ in rounds_k], "steady-clock") for rounds_k in composed))
+                stop = se <= self.target_se_pct
         return bool(self.comm.bcast(stop, root=0))
 
     def _build_net(self, specs: list[dict[str, Any]]) -> tuple[Any, str, str | None]:
@@ -885,7 +891,7 @@ class Iteration:
                         composed=[[] for _ in plans])
         started = time.monotonic()
         for r in range(self.iters):
-            self.progress(f"round {r + 1} of {'at most ' if self.target_se_pct else ''}{self.iters}: phases alone" + (", the read beside" if probe_read else "")
+            self.progress(f"round {r + 1} of {'at most ' if self.may_stop_early else ''}{self.iters}: phases alone" + (", the read beside" if probe_read else "")
                           + ", messages alone" + (", contention" if contend else "")
                           + f", then {len(plans)} composed iteration(s)")
             self._isolated(net, io_fn, self.warmup if r == 0 else 0, rounds)

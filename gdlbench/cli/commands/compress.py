@@ -18,8 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--values", default="16M", help="gradient values (fp32) per encode (default 16M)")
     p.add_argument("--no-check", dest="check", action="store_false",
                    help="skip the check of a 10,000-value encode against numpy's sort")
-    common_options(p, device=False)
-    p.set_defaults(iters=5, warmup=1)
+    common_options(p, device=False, iters=5, warmup=1)
 
 
 def requests_from_args(args: argparse.Namespace) -> list[CompressRequest]:

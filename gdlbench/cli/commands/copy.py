@@ -18,8 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--direction", default="h2d", help="h2d, d2h, d2d or all (default h2d)")
     p.add_argument("--memory", default="pinned", help="host memory: pinned, pageable or both (default pinned)")
     p.add_argument("--copies", type=int, default=4, help="copies per sample (default 4; nvbandwidth uses 16)")
-    common_options(p)
-    p.set_defaults(iters=10, warmup=2)
+    common_options(p, iters=10, warmup=2)
 
 
 def requests_from_args(args: argparse.Namespace, device: str) -> list[CopyRequest]:

@@ -20,8 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--decode", dest="decode", action="store_const", const=True, default=None,
                    help="time read + decode only (default: both rows)")
     g.add_argument("--no-decode", dest="decode", action="store_const", const=False, help="time reading only")
-    common_options(p, device=False)
-    p.set_defaults(iters=10, warmup=2)
+    common_options(p, device=False, iters=10, warmup=2)
 
 
 def requests_from_args(args: argparse.Namespace) -> list[IoRequest]:

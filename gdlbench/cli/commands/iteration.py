@@ -35,12 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full", action="store_true",
                    help="every table (phases, layers, strategies, each phase alone vs inside, contention) and, on "
                         f"one worker, the strategies {DEFAULT_STRATEGIES}")
-    p.add_argument("--target-se", type=float, default=TARGET_SE_PCT, metavar="PCT",
+    p.add_argument("--target-se", type=float, metavar="PCT",
                    help=f"stop adding rounds once the model's error has a standard error of at most PCT %% (after "
-                        f"{MIN_ROUNDS} rounds; default {TARGET_SE_PCT:g}); 0: run all --iters rounds")
-    p.add_argument("--max-seconds", type=float, default=BUDGET_S, metavar="S",
-                   help=f"stop adding rounds after S seconds of rounds (after --min-rounds; default {BUDGET_S:g}); "
-                        "0: off")
+                        f"--min-rounds; default {TARGET_SE_PCT:g}, or 0 with --iters); 0: run all --iters rounds")
+    p.add_argument("--max-seconds", type=float, metavar="S",
+                   help=f"stop adding rounds after S seconds of rounds (after --min-rounds; default {BUDGET_S:g}, or "
+                        "0 with --iters); 0: off")
     p.add_argument("--min-rounds", type=int, default=MIN_ROUNDS, metavar="R",
                    help=f"rounds before --target-se and --max-seconds may stop the run (default {MIN_ROUNDS})")
     p.add_argument("-T", "--timeout", type=float, default=DEFAULT_TIMEOUT_S,
@@ -55,9 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE.json",
                    help="the traced iterations (every phase on every rank, and the isolated phases as the model "
                         "composes them) in the Chrome trace event format: open it in ui.perfetto.dev")
-    common_options(p)
-    # iters: rounds (isolated, then composed), at most this many with --target-se; warmup: per native call
-    p.set_defaults(iters=MAX_ROUNDS, warmup=1)
+    # a round: the phases alone, then each composed iteration; warmup: per native call
+    common_options(p, iters=None, warmup=1,
+                   iters_help=f"rounds, exactly (default: at most {MAX_ROUNDS}, stopped by --target-se and "
+                              "--max-seconds)")
 
 
 def _progress(enabled: bool) -> Callable[[str], None]:
@@ -164,9 +165,9 @@ def print_first_screen(r: IterationResult, it: Iteration, chosen: bool) -> None:
 
 
 def rounds_run(r: IterationResult, it: Iteration) -> str:
-    """The rounds the run made, and of how many at most when it may stop early (--target-se)."""
+    """The rounds the run made, and of how many at most when it may stop early (--target-se, --max-seconds)."""
     rounds = len(r.runs[0].composed.samples_us)
-    return f"{rounds} rounds" + (f" (of at most {it.iters})" if it.target_se_pct and rounds < it.iters else "")
+    return f"{rounds} rounds" + (f" (of at most {it.iters})" if it.may_stop_early and rounds < it.iters else "")
 
 
 def _print_phases(console: Console, r: IterationResult, it: Iteration, serial: float) -> None:
@@ -279,9 +280,13 @@ def request_from_args(args: argparse.Namespace) -> IterationRequest:
     worker serial (unless --full), else the default list."""
     world = env.world().Get_size()
     strategy = args.strategy or (ONE_WORKER if world == 1 and not args.full else DEFAULT_STRATEGIES)
-    return IterationRequest(args.net, args.batch, args.device, strategy, args.iters, args.warmup, args.threads,
-                            args.io, args.io_dir, args.io_threads, args.timeout, args.target_se, args.min_rounds,
-                            args.max_seconds)
+    # --iters N asks for N rounds: the early stops only where asked for too (or without --iters)
+    adaptive = args.iters is None
+    target_se = args.target_se if args.target_se is not None else (TARGET_SE_PCT if adaptive else 0.0)
+    max_seconds = args.max_seconds if args.max_seconds is not None else (BUDGET_S if adaptive else 0.0)
+    return IterationRequest(args.net, args.batch, args.device, strategy, MAX_ROUNDS if adaptive else args.iters,
+                            args.warmup, args.threads, args.io, args.io_dir, args.io_threads, args.timeout, target_se,
+                            args.min_rounds, max_seconds)
 
 
 def run(args: argparse.Namespace) -> int:
