@@ -125,17 +125,19 @@ def test_two_level_fit_under_mpiexec(tmp_path):
     assert math.isclose(c.inter.beta_us_per_byte, beta)  # check_fit: beta > 0
 
 
-def test_two_level_fit_leaves_out_a_level_with_too_few_sizes(tmp_path):
+@pytest.mark.parametrize("on", ["main", "comm-thread"])
+def test_two_level_fit_leaves_out_a_level_with_too_few_sizes(tmp_path, on):
     """hier's steps are fitted from 64 KiB (below it hier runs its leader variant): a sweep that
     reaches 64 KiB alone leaves intra_rsag without a fit (null), and the model falls back to the
-    intra fit for it."""
+    intra fit for it. Every level is timed where --on says, as the flat sweep."""
     out = tmp_path / "f.json"
     p = run_cli("allreduce", "-b", "1K", "-e", "64K", "-f", "4", "--mode", "in", "-n", "2", "-w", "0", "--fit",
-                "--ranks-per-node", "2", "--json", str(out), nranks=4, timeout=300)
+                "--ranks-per-node", "2", "--on", on, "--json", str(out), nranks=4, timeout=300)
     assert p.returncode == 0, p.stderr
     levels = _doc(out)["summary"]["fit"]["levels"]
     assert levels["intra_rsag"] is None
     assert all(levels[k] is not None for k in ("intra", "inter", "inter_shared"))
+    assert {levels[k]["on"] for k in ("intra", "inter", "inter_shared")} == {on}
     assert "intra_rsag" not in levels["model_check"]["cluster"] and "inter_shared" in levels["model_check"]["cluster"]
 
 

@@ -36,8 +36,8 @@ _MODEL_ALGOS = tuple(a for a in C.ALGOS if a not in C.SERVER_ALGOS)  # what the 
 
 @dataclass(frozen=True)
 class LevelSweep:
-    """What every level sweeps: the flat sweep's sizes, one dtype, op and buffer mode, its timing
-    and check, and how its fit is made."""
+    """What every level sweeps: the flat sweep's sizes, one dtype, op and buffer mode, its timing,
+    check and thread (`on`, as the flat sweep's --on), and how its fit is made."""
 
     sizes: Sequence[int]
     dtype: str
@@ -50,6 +50,7 @@ class LevelSweep:
     rotate_bytes: int = 0
     fit_min: int = 0
     fit_regimes: int = 1
+    on: str = "main"
 
 
 def _sweep_level(sweep: LevelSweep, level: str, sub: MPI.Comm, algo: str, active: bool, comm: MPI.Comm,
@@ -63,8 +64,8 @@ def _sweep_level(sweep: LevelSweep, level: str, sub: MPI.Comm, algo: str, active
         for size in sweep.sizes:
             r = C.run_started_together("allreduce", size, sweep.dtype, sweep.op, algo, sweep.inplace,
                                        iters=sweep.iters, warmup=sweep.warmup, check=sweep.check,
-                                       timeout=sweep.timeout, rotate_bytes=sweep.rotate_bytes, comm=sub,
-                                       start_on=comm)
+                                       timeout=sweep.timeout, rotate_bytes=sweep.rotate_bytes, on=sweep.on,
+                                       comm=sub, start_on=comm)
             if r is not None and r.nranks > 1:
                 rows.append(r)
                 say(f"{level} level: {r.size_bytes} B: {r.time_us:.1f} us")
@@ -72,7 +73,7 @@ def _sweep_level(sweep: LevelSweep, level: str, sub: MPI.Comm, algo: str, active
         for size in sweep.sizes:
             r = C.run_one("allreduce", size, sweep.dtype, sweep.op, algo, "mpi", sweep.inplace, iters=sweep.iters,
                           warmup=sweep.warmup, check=sweep.check, timeout=sweep.timeout,
-                          rotate_bytes=sweep.rotate_bytes, comm=sub)
+                          rotate_bytes=sweep.rotate_bytes, on=sweep.on, comm=sub)
             rows.append(r)
             say(f"{level} level: {r.size_bytes} B: {r.time_us:.1f} us")
     return rows
@@ -86,7 +87,7 @@ def _fit_level(sweep: LevelSweep, algo: str, rows: list[C.CollectiveResult], gam
                            min_bytes=fit_min, regimes=sweep.fit_regimes)
     if not fitted:  # nothing swept here, or fewer than 2 sizes from the fit's smallest
         return None
-    return fitted[0].to_dict() | {"ranks": rows[0].nranks, "measured_on": measured_on,
+    return fitted[0].to_dict() | {"ranks": rows[0].nranks, "measured_on": measured_on, "on": sweep.on,
                                   "wrong": sum(r.wrong or 0 for r in rows)}
 
 

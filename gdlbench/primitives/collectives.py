@@ -408,15 +408,15 @@ def run(request: CollectiveRequest, comm: MPI.Comm | None = None) -> CollectiveR
 
 def run_started_together(collective: str, size_bytes: int, dtype: str = "float32", op: str | None = "sum",
                          algo: str = "library", inplace: bool = False, *, iters: int = 20, warmup: int = 5,
-                         check: int = 1, timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, comm: MPI.Comm,
-                         start_on: MPI.Comm) -> CollectiveResult | None:
+                         check: int = 1, timeout: float = DEFAULT_TIMEOUT_S, rotate_bytes: int = 0, on: str = "main",
+                         comm: MPI.Comm, start_on: MPI.Comm) -> CollectiveResult | None:
     """run_one on MPI with every warm-up and timed call started by a barrier on start_on, a
     communicator over comm's ranks and others: the same row run at once on the other
     sub-communicators of start_on starts each call together with this one (as a hierarchical
     all-reduce's shards cross between nodes). Every rank of start_on calls it with the same
     arguments; a rank in none of the sub-communicators passes comm=MPI.COMM_NULL and gets None."""
     request = CollectiveRequest(collective, size_bytes, dtype, op, algo, "mpi", inplace, iters, warmup, check,
-                                timeout=timeout, rotate_bytes=rotate_bytes)
+                                timeout=timeout, rotate_bytes=rotate_bytes, on=on)
     return _run(request, comm, start_on)
 
 

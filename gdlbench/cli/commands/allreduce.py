@@ -287,7 +287,7 @@ def _fit_with_levels(collective: str, args: argparse.Namespace, plan: Plan, comm
     if collective == "allreduce" and env.topology(comm)["nodes"] > 1 and plan["backend"] == "mpi":
         mode = True if True in plan["modes"] else plan["modes"][0]  # in place if asked
         sweep = LevelSweep(plan["sizes"], plan["dtypes"][0], plan["ops"][0], mode, args.iters, args.warmup,
-                           args.check, args.timeout, plan["rotate"], plan["fit_min"], plan["fit_regimes"])
+                           args.check, args.timeout, plan["rotate"], plan["fit_min"], plan["fit_regimes"], args.on)
         levels = fit_levels(sweep, comm, results, fits, progress.step)
     return fits, gamma_note, levels
 
