@@ -15,14 +15,17 @@ How it measures, in rounds (A B A B, so that the machine's drift falls on both s
   each layer's forward, each layer's backward right after its forward, update), as the composed
   iteration runs them, one before every composed iteration of the round; when a strategy
   prefetches, the read-beside round (the same iteration after a warm-up, its next batch read on
-  the prefetch thread: what the passes beside the read lose, the read's cost to the compute); then
-  each message of every plan alone; then, on several ranks, a contention round per plan that
-  overlaps messages with backward (forward, then backward with the plan's messages sent beside
-  it as WFBP sends them, after --warmup such rounds) that gives the model how much each slows
-  the other down.
-- B: the composed iteration of every strategy: io on a prefetch thread (when the strategy
-  prefetches), the messages on a communication thread (during backward for WFBP strategies, after
-  it otherwise), then the update; every phase stamped on every rank (the trace).
+  the prefetch thread: what the passes beside the read lose, the read's cost to the compute); then,
+  on several ranks, a contention round per plan that overlaps messages with backward (its
+  messages alone, then forward, then backward with the plan's messages sent beside it as WFBP
+  sends them, after --warmup such rounds) that gives the model how much each slows the other down.
+- B: per strategy, its messages alone (each message of its plan, on a communication thread), then
+  its composed iteration: io on a prefetch thread (when the strategy prefetches), the messages on
+  a communication thread (during backward for WFBP strategies, after it otherwise), then the
+  update; every phase stamped on every rank (the trace). The messages alone are timed right
+  before the composed iteration they price: on a shared VM the speed of a copy between ranks
+  changes for tens of seconds at a time (2-3 x on the 2-core development VM), and a round of
+  14 strategies lasts longer than that.
 A round's composed time is the max over ranks; its phases are the slowest rank's (whose backward
 ended last: the messages wait for it); the model reads the medians over rounds, and the
 contention pair of the round whose prediction is the median.
@@ -649,7 +652,7 @@ class _Rounds:
     """What the rounds of Iteration.measure collect."""
 
     iso_traces: list[list[dict[str, Any]]] = field(default_factory=list)  # per isolated round, per rank
-    messages: dict[_MessageKey, list[list[float]]] = field(default_factory=dict)  # per message: its samples
+    messages: list[list[list[float]]] = field(default_factory=list)  # per plan, per message: its samples
     slowdowns: dict[_MessageKey, list[list[tuple[float, float]]]] = field(default_factory=dict)  # per round, per rank
     read_costs: list[float] = field(default_factory=list)  # per round where every rank measured one
     composed: list[list[tuple[float, list[dict[str, Any]]]]] = field(default_factory=list)  # per plan, per round
@@ -833,25 +836,21 @@ class Iteration:
         if all(g is not None for g in got):
             rounds.read_costs.append(max(got))
 
-    def _messages_alone(self, net: Any, message_sets: dict[_MessageKey, MessagePlan], first: bool,
-                        rounds: _Rounds) -> None:
-        """One sample of each message alone, per distinct message list (warm-up in the first round)."""
-        for key, mplan in message_sets.items():
-            _, algo, servers = key
-            samples = net.time_messages(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
-                                        warmup=self.warmup if first else 0, iters=1, timeout_s=self.timeout)
-            for i, sample in enumerate(samples):
-                if first:
-                    rounds.messages[key].append([])
-                rounds.messages[key][i] += sample
+    def _messages_alone(self, net: Any, plan: _PlanRow, first: bool) -> list[float]:
+        """One sample of each of the plan's messages alone (after a warm-up in the first round)."""
+        _, mplan, algo, servers = plan
+        samples = net.time_messages(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
+                                    warmup=self.warmup if first else 0, iters=1, timeout_s=self.timeout)
+        return [sample[0] for sample in samples]
 
-    def _contention(self, net: Any, contend: dict[_MessageKey, MessagePlan], rounds: _Rounds) -> None:
+    def _contention(self, net: Any, contend: dict[_MessageKey, _PlanRow], first: bool, rounds: _Rounds) -> None:
         """Backward beside each message list, posted as backward produces its gradients (a sharded
         plan: forward and backward beside its messages, posted as its iteration posts them, after
-        --warmup such iterations): the slowdowns of both against this round's samples alone, per rank."""
-        for key, mplan in contend.items():
-            _, algo, servers = key
-            alone = [rounds.messages[key][i][-1] for i in range(len(mplan.messages))]
+        --warmup such iterations): the slowdowns of both against the messages alone right before,
+        per rank."""
+        for key, plan in contend.items():
+            _, mplan, algo, servers = plan
+            alone = self._messages_alone(net, plan, first)
             mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])
             if mplan.kinds:
                 _, t = net.time_iteration(messages=mplan.messages, overlap=False, algo=algo, servers=servers,
@@ -865,11 +864,15 @@ class Iteration:
             if all(g is not None for g in got):
                 rounds.slowdowns[key].append(got)
 
-    def _composed(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None, rounds: _Rounds) -> None:
-        """One composed iteration per plan, each after an isolated round (the first's is the round's own)."""
+    def _composed(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None, first: bool,
+                  rounds: _Rounds) -> None:
+        """One composed iteration per plan, each after an isolated round (the first's is the round's
+        own) and the plan's messages alone."""
         for k, (strategy, mplan, algo, servers) in enumerate(plans):
             if k > 0:
                 self._isolated(net, io_fn, 0, rounds)
+            for i, sample in enumerate(self._messages_alone(net, plans[k], first)):
+                rounds.messages[k][i].append(sample)
             samples, t = net.time_iteration(messages=mplan.messages, overlap=strategy.overlap == "wfbp", algo=algo,
                                             servers=servers, comm=self.comm, io=io_fn,
                                             prefetch=strategy.io_prefetch, warmup=self.warmup, iters=1,
@@ -877,29 +880,26 @@ class Iteration:
             rounds.composed[k].append((samples[0], self.comm.allgather(t)))
 
     def _run_rounds(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None) -> _Rounds:
-        """The rounds (class docstring): each the phases alone, the read beside compute, each
-        message alone, contention, then every plan's composed iteration."""
-        # Each distinct message list is timed once per round, whichever strategies share it.
-        message_sets = {_message_key(p): p[1] for p in plans}
+        """The rounds (module docstring): each the phases alone, the read beside compute,
+        contention, then every plan's messages alone and composed iteration."""
         # Contention, on several ranks: backward beside the messages of each plan that overlaps them
         # with it, posted as that plan's strategies post them (each distinct plan once per round).
-        contend = {} if self.comm.Get_size() == 1 else {_message_key(p): p[1] for p in plans
+        contend = {} if self.comm.Get_size() == 1 else {_message_key(p): p for p in plans
                                                         if p[0].overlap == "wfbp"}
         # The read beside compute, when a strategy prefetches it.
         probe_read = io_fn is not None and any(s.io_prefetch for s, *_ in plans)
-        rounds = _Rounds(messages={k: [] for k in message_sets}, slowdowns={k: [] for k in contend},
+        rounds = _Rounds(messages=[[[] for _ in p[1].messages] for p in plans], slowdowns={k: [] for k in contend},
                         composed=[[] for _ in plans])
         started = time.monotonic()
         for r in range(self.iters):
             self.progress(f"round {r + 1} of {'at most ' if self.may_stop_early else ''}{self.iters}: phases alone" + (", the read beside" if probe_read else "")
-                          + ", messages alone" + (", contention" if contend else "")
-                          + f", then {len(plans)} composed iteration(s)")
+                          + (", contention" if contend else "")
+                          + f", then {len(plans)} times messages alone and a composed iteration")
             self._isolated(net, io_fn, self.warmup if r == 0 else 0, rounds)
             if probe_read:
                 self._read_beside(net, io_fn, rounds)
-            self._messages_alone(net, message_sets, r == 0, rounds)
-            self._contention(net, contend, rounds)
-            self._composed(net, plans, io_fn, rounds)
+            self._contention(net, contend, r == 0, rounds)
+            self._composed(net, plans, io_fn, r == 0, rounds)
             if self._enough(r + 1, rounds.iso_traces, rounds.composed, started):
                 break
         return rounds
@@ -926,7 +926,7 @@ class Iteration:
         the isolated phases (model_phases) and the messages' measured costs, with its standard error."""
         strategy, mplan = plan[0], plan[1]
         msg = [Measurement(s, "steady-clock", "one message alone (and, on a GPU, its stream sync), max over ranks")
-               for s in rounds.messages[_message_key(plan)]]
+               for s in rounds.messages[k]]
         composed = rounds.composed[k]
         samples = [s for s, _ in composed]
         costs = mplan.model_costs([m.median for m in msg])
