@@ -836,21 +836,24 @@ class Iteration:
         if all(g is not None for g in got):
             rounds.read_costs.append(max(got))
 
-    def _messages_alone(self, net: Any, plan: _PlanRow, first: bool) -> list[float]:
-        """One sample of each of the plan's messages alone (after a warm-up in the first round)."""
+    def _messages_alone(self, net: Any, plan: _PlanRow) -> list[float]:
+        """One sample of each of the plan's messages alone, each right after --warmup untimed sends
+        of itself in every round, as the composed iteration it prices runs after --warmup untimed
+        iterations: cold, after the other work of a round, a parameter server's messages took 1.4 x
+        their time warm (GPT-2 small, 2 ranks; benchmarks/RESULTS.md section 8)."""
         _, mplan, algo, servers = plan
         samples = net.time_messages(messages=mplan.messages, algo=algo, servers=servers, comm=self.comm,
-                                    warmup=self.warmup if first else 0, iters=1, timeout_s=self.timeout)
+                                    warmup=self.warmup, iters=1, timeout_s=self.timeout)
         return [sample[0] for sample in samples]
 
-    def _contention(self, net: Any, contend: dict[_MessageKey, _PlanRow], first: bool, rounds: _Rounds) -> None:
+    def _contention(self, net: Any, contend: dict[_MessageKey, _PlanRow], rounds: _Rounds) -> None:
         """Backward beside each message list, posted as backward produces its gradients (a sharded
         plan: forward and backward beside its messages, posted as its iteration posts them, after
         --warmup such iterations): the slowdowns of both against the messages alone right before,
         per rank."""
         for key, plan in contend.items():
             _, mplan, algo, servers = plan
-            alone = self._messages_alone(net, plan, first)
+            alone = self._messages_alone(net, plan)
             mine = phase_times(rounds.iso_traces[-1][self.comm.Get_rank()])
             if mplan.kinds:
                 _, t = net.time_iteration(messages=mplan.messages, overlap=False, algo=algo, servers=servers,
@@ -864,14 +867,14 @@ class Iteration:
             if all(g is not None for g in got):
                 rounds.slowdowns[key].append(got)
 
-    def _composed(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None, first: bool,
+    def _composed(self, net: Any, plans: list[_PlanRow], io_fn: Callable[[], Any] | None,
                   rounds: _Rounds) -> None:
         """One composed iteration per plan, each after an isolated round (the first's is the round's
         own) and the plan's messages alone."""
         for k, (strategy, mplan, algo, servers) in enumerate(plans):
             if k > 0:
                 self._isolated(net, io_fn, 0, rounds)
-            for i, sample in enumerate(self._messages_alone(net, plans[k], first)):
+            for i, sample in enumerate(self._messages_alone(net, plans[k])):
                 rounds.messages[k][i].append(sample)
             samples, t = net.time_iteration(messages=mplan.messages, overlap=strategy.overlap == "wfbp", algo=algo,
                                             servers=servers, comm=self.comm, io=io_fn,
@@ -898,8 +901,8 @@ class Iteration:
             self._isolated(net, io_fn, self.warmup if r == 0 else 0, rounds)
             if probe_read:
                 self._read_beside(net, io_fn, rounds)
-            self._contention(net, contend, r == 0, rounds)
-            self._composed(net, plans, io_fn, r == 0, rounds)
+            self._contention(net, contend, rounds)
+            self._composed(net, plans, io_fn, rounds)
             if self._enough(r + 1, rounds.iso_traces, rounds.composed, started):
                 break
         return rounds
