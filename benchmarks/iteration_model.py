@@ -21,7 +21,11 @@ median and the worst |error| over the repetitions, and the error's standard erro
 rounds' spread (se: what a perfect model would show at one sigma); then one summary line per
 rank count for benchmarks/RESULTS.md. The goal: median |error| <= 3 % and no error above 5 %;
 bias: the median signed error over the repetitions; a bias beyond twice its standard error
-(1.25 se / sqrt(reps)) is the model's, not the machine's noise.
+(1.25 se / sqrt(reps)) is the model's, not the machine's noise. "paired": per repetition, the
+median over rounds of each round's own error (the model priced from that round's isolated phases,
+messages alone and contention against that round's composed iteration, seconds apart), held to
+the same goal: where the machine switches between a fast and a slow state, the medians of the
+parts and of the whole can fall in different states.
 --noise only times, on one rank, the same iteration (no communication) 30 times in a row, at 1
 thread and at --threads: its coefficient of variation is the machine's noise, which no model can
 beat (an A/A test), then stops.
@@ -269,7 +273,8 @@ def main() -> None:
                                  "rounds": it["summary"]["rounds"], "machine": machine,
                                  "measured_us": r["time_us"], "spread_in_run_pct": r["spread_pct"],
                                  "model_us": r["predicted_us"], "model_err": r["error_pct"],
-                                 "error_se": r["error_se_pct"], "predict_us": fit_us,
+                                 "error_se": r["error_se_pct"], "paired_err": r["paired_error_pct"],
+                                 "paired_se": r["paired_error_se_pct"], "predict_us": fit_us,
                                  "predict_err": 100 * (fit_us - r["time_us"]) / r["time_us"],
                                  "own_fit_us": own_us,
                                  "own_fit_err": None if own_us is None else 100 * (own_us - r["time_us"]) / r["time_us"],
@@ -287,7 +292,8 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
     ran = sorted({r["rounds"] for r in rows})
     print(f"\n{args.reps} repetition(s) of {'-'.join(map(str, ran))} rounds (asked: {args.iters}); JSON in {out}")
     print(f"{'ranks':>5s} {'net':12s} {'batch':>5s} {'strategy':12s} {'measured':>9s} {'spread':>7s} "
-          f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'predict med':>11s} {'worst':>7s}"
+          f"{'model med':>9s} {'worst':>7s} {'bias':>7s} {'se':>6s} {'paired med':>10s} {'worst':>7s} {'bias':>7s} "
+          f"{'predict med':>11s} {'worst':>7s}"
           + (f"   {'rs/ag fit med':>13s} {'worst':>7s}" if any(r.get("own_fit_err") is not None for r in rows) else "")
           + (f"   {'on main med':>11s} {'worst':>7s}" if any(r.get("main_fit_err") is not None for r in rows) else "")
           + "   (ms; |error| in %)")
@@ -300,15 +306,19 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         p_err = [abs(r["predict_err"]) for r in rs]
         se = statistics.median(r["error_se"] for r in rs)
         bias = statistics.median(r["model_err"] for r in rs)  # signed: a bias keeps its sign rep after rep
+        pa_err = [abs(r["paired_err"]) for r in rs]
+        pa_bias = statistics.median(r["paired_err"] for r in rs)
         o_err = [abs(r["own_fit_err"]) for r in rs if r.get("own_fit_err") is not None]
         own = f"   {statistics.median(o_err):12.1f}% {max(o_err):6.1f}%" if o_err else ""
         main_err = [abs(r["main_fit_err"]) for r in rs if r.get("main_fit_err") is not None]
         own += f"   {statistics.median(main_err):10.1f}% {max(main_err):6.1f}%" if main_err else ""
         print(f"{ranks:5d} {net:12s} {rs[0]['batch']:5d} {strategy:12s} {med / 1e3:9.1f} {spread:6.1f}% "
-              f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {bias:+6.1f}% {se:5.1f}% {statistics.median(p_err):10.1f}% "
+              f"{statistics.median(m_err):8.1f}% {max(m_err):6.1f}% {bias:+6.1f}% {se:5.1f}% "
+              f"{statistics.median(pa_err):9.1f}% {max(pa_err):6.1f}% {pa_bias:+6.1f}% {statistics.median(p_err):10.1f}% "
               f"{max(p_err):6.1f}%{own}")
         acc = per_ranks.setdefault(ranks, {"model_med": [], "model_worst": [], "predict_med": [],
-                                           "predict_worst": [], "spread": [], "se": [], "beyond": []})
+                                           "predict_worst": [], "spread": [], "se": [], "beyond": [],
+                                           "paired_med": [], "paired_worst": [], "paired_beyond": []})
         acc["model_med"].append(statistics.median(m_err))
         acc["model_worst"].append(max(m_err))
         acc["predict_med"].append(statistics.median(p_err))
@@ -317,10 +327,16 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         acc["se"].append(se)
         # the median of the reps' signed errors has standard error 1.25 se / sqrt(reps)
         acc["beyond"].append(abs(bias) > 2 * 1.2533 * se / math.sqrt(len(rs)))
+        acc["paired_med"].append(statistics.median(pa_err))
+        acc["paired_worst"].append(max(pa_err))
+        pa_se = statistics.median(r["paired_se"] for r in rs)
+        acc["paired_beyond"].append(abs(pa_bias) > 2 * 1.2533 * pa_se / math.sqrt(len(rs)))
     print()
     for ranks, acc in per_ranks.items():
         n = len(acc["model_med"])
         ok_model = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST for m, w in zip(acc["model_med"], acc["model_worst"], strict=True))
+        ok_paired = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST
+                        for m, w in zip(acc["paired_med"], acc["paired_worst"], strict=True))
         ok_pred = sum(m <= GOAL_MEDIAN and w <= GOAL_WORST for m, w in zip(acc["predict_med"], acc["predict_worst"], strict=True))
         print(f"RESULTS: {ranks} rank(s), {args.nets}, {args.reps} reps x {'-'.join(map(str, ran))} rounds: model median |err| "
               f"{statistics.median(acc['model_med']):.1f} % (worst row median {max(acc['model_med']):.1f} %, worst "
@@ -329,7 +345,11 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
               f"met {ok_pred}/{n}; composed run's spread between reps: median {statistics.median(acc['spread']):.1f} %, "
               f"max {max(acc['spread']):.1f} %; the error's standard error from the rounds' spread (a perfect "
               f"model's noise): median {statistics.median(acc['se']):.1f} %; rows whose bias (median signed error) "
-              f"exceeds twice its standard error (a bias beyond the noise): {sum(acc['beyond'])}/{n}")
+              f"exceeds twice its standard error (a bias beyond the noise): {sum(acc['beyond'])}/{n}; paired "
+              f"(each round's model from its own parts against its composed iteration, median over rounds) median "
+              f"|err| {statistics.median(acc['paired_med']):.1f} % (worst row median {max(acc['paired_med']):.1f} %, "
+              f"worst single {max(acc['paired_worst']):.1f} %), goal met {ok_paired}/{n}, bias beyond 2 se "
+              f"{sum(acc['paired_beyond'])}/{n}")
 
 
 if __name__ == "__main__":

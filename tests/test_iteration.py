@@ -203,6 +203,60 @@ def test_messages_alone_are_warmed_in_every_round(monkeypatch):
     assert warmups == [2] * 6  # 3 rounds of 2 plans
 
 
+def _scaled(value, factor):
+    """A trace or samples with every time multiplied by factor (flags left alone)."""
+    if isinstance(value, dict):
+        return {k: _scaled(v, factor) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scaled(v, factor) for v in value)
+    return value * factor if isinstance(value, float) else value
+
+
+def test_paired_error_prices_each_round_from_its_own_parts(monkeypatch):
+    """A machine that switches between a fast and a 3 x slower state: in rounds 2 and 3 a plan's
+    parts and composed iteration are all slow, in round 4 its parts are fast and its composed
+    iteration slow. The medians of the parts fall in the fast state and the composed median in
+    the slow one (error near -67 %: the machine); each round priced from its own isolated round and
+    messages alone (round r, plan k: the isolated round r * plans + k) keeps the model's error."""
+    slow = {0: {2: "all", 3: "all", 4: "composed"}, 1: {0: "all", 1: "all", 4: "composed"}}  # plan -> round
+    plans, slot = 2, [-1]
+    build = Iteration._build_net
+
+    def factor(part):
+        r, k = divmod(slot[0], plans)
+        state = slow[k].get(r)
+        return 3.0 if state == "all" or (state == "composed" and part == "composed") else 1.0
+
+    class Switching:
+        def __init__(self, net):
+            self.net = net
+
+        def __getattr__(self, name):
+            return getattr(self.net, name)
+
+        def time_iteration(self, **kwargs):
+            if not kwargs["messages"]:
+                slot[0] += 1  # each plan's slot of a round begins with its isolated round
+            return _scaled(self.net.time_iteration(**kwargs), factor("composed" if kwargs["messages"] else "parts"))
+
+        def time_messages(self, **kwargs):
+            return _scaled(self.net.time_messages(**kwargs), factor("parts"))
+
+    def switching_build(self, specs):
+        net, *rest = build(self, specs)
+        return (Switching(net), *rest)
+
+    monkeypatch.setattr(Iteration, "_build_net", switching_build)
+    r = Iteration(MLP, batch=2, device="cpu", strategy="serial,wfbp", iters=5, warmup=1, io=False).measure()
+    assert slot[0] == 5 * plans - 1
+    for run in r.runs:
+        assert len(run.paired_errors_pct) == 5
+        assert run.paired_errors_pct[4] < -50  # the round whose parts and whole fell in different states
+        assert abs(run.paired_error_pct) < 15, (run.strategy.name, run.paired_errors_pct)
+        assert run.error_pct < -40, (run.strategy.name, run.error_pct)  # the medians: the machine, not the model
+    assert r.phases_model(at=3).forward_us == r.phases["forward"].samples_us[3]
+
+
 def test_first_screen_of_a_users_net(tmp_path):
     """`iteration --net FILE` measures a user's network; on one worker the first screen measures one
     strategy, says why, fits 100 columns and ends with what to try next; --full is the long form."""

@@ -28,7 +28,9 @@ How it measures, in rounds (A B A B, so that the machine's drift falls on both s
   14 strategies lasts longer than that.
 A round's composed time is the max over ranks; its phases are the slowest rank's (whose backward
 ended last: the messages wait for it); the model reads the medians over rounds, and the
-contention pair of the round whose prediction is the median.
+contention pair of the round whose prediction is the median. Paired: the model priced round by
+round from that round's own parts against that round's composed iteration, the median of those
+errors (StrategyRun.paired_error_pct), for a machine whose speed switches between states.
 """
 
 from __future__ import annotations
@@ -382,6 +384,9 @@ class StrategyRun:
     # the model's standard error: the isolated round's whole iteration's median_se, and for a
     # strategy priced with measured contention, what the slowdowns' median_se moves the prediction
     model_se_us: float = 0.0
+    # per round, the model priced from that round's own isolated phases, messages alone and
+    # contention against that round's composed iteration (signed %, in round order)
+    paired_errors_pct: list[float] = field(default_factory=list)
 
     @property
     def error_se_pct(self) -> float:
@@ -417,6 +422,20 @@ class StrategyRun:
     @property
     def error_pct(self) -> float:
         return 100.0 * (self.predicted_us - self.composed.median) / self.composed.median
+
+    @property
+    def paired_error_pct(self) -> float:
+        """The median over rounds of each round's own error (paired_errors_pct). Where the machine
+        switches between a fast and a slow state for tens of seconds, the medians of the parts and
+        of the whole can fall in different states (error_pct then measures the machine, not the
+        model); a round's parts and its composed iteration, timed seconds apart, share one."""
+        return float(np.median(self.paired_errors_pct)) if self.paired_errors_pct else math.nan
+
+    @property
+    def paired_error_se_pct(self) -> float:
+        """The standard error of paired_error_pct from the rounds' spread (1.25 sd / sqrt(n))."""
+        e = self.paired_errors_pct
+        return 1.2533 * float(np.std(e, ddof=1)) / math.sqrt(len(e)) if len(e) > 1 else math.nan
 
     def breakdowns(self, layer_names: list[str]) -> list[dict[str, float]]:
         """Every rank's traced iteration (the median round) as exposed phases (traced_breakdown)."""
@@ -456,6 +475,7 @@ class IterationResult:
         Column("comm alone (ms)", "comm_ms", fmt_float(2)), Column("predicted (ms)", "predicted_ms", fmt_float(2)),
         Column("measured (ms)", "measured_ms", fmt_float(2)), Column("p95", "p95_ms", fmt_float(2)),
         Column("error", "error_pct", "{:+.1f} %"), Column("± se", "error_se_pct", "{:.1f} %"),
+        Column("paired", "paired_error_pct", "{:+.1f} %"),
         Column("spread", "spread_pct", "{:.1f} %"), Column("img/s/worker", "ips", fmt_float(2)),
         Column("img/s total", "ips_total", fmt_float(2))]
     net: str
@@ -503,6 +523,8 @@ class IterationResult:
             rows.append({"phase": "iteration", "strategy": run.strategy.name, "batch": self.batch, **c.stats(),
                          "samples_us": list(c.samples_us), "predicted_us": run.predicted_us,
                          "error_pct": run.error_pct, "error_se_pct": run.error_se_pct,
+                         "paired_error_pct": run.paired_error_pct, "paired_error_se_pct": run.paired_error_se_pct,
+                         "paired_errors_pct": run.paired_errors_pct,
                          "spread_pct": spread_pct(c), "images_per_s": self.batch / (c.median * 1e-6),
                          "images_per_s_total": self.world_size * self.batch / (c.median * 1e-6),
                          "messages": len(run.plan.messages),
@@ -521,6 +543,7 @@ class IterationResult:
                          "comm_ms": sum(m.median for m in run.message_times) / 1e3,
                          "predicted_ms": run.predicted_us / 1e3, "measured_ms": c.median / 1e3,
                          "p95_ms": c.p95 / 1e3, "error_pct": run.error_pct, "error_se_pct": run.error_se_pct,
+                         "paired_error_pct": run.paired_error_pct,
                          "spread_pct": spread_pct(c), "ips": self.batch / (c.median * 1e-6),
                          "ips_total": self.world_size * self.batch / (c.median * 1e-6)})
         return rows
@@ -553,6 +576,7 @@ class IterationResult:
                 "predicted_us": {r.strategy.name: r.predicted_us for r in self.runs},
                 "error_pct": {r.strategy.name: r.error_pct for r in self.runs},
                 "error_se_pct": {r.strategy.name: r.error_se_pct for r in self.runs},
+                "paired_error_pct": {r.strategy.name: r.paired_error_pct for r in self.runs},
                 "spread_pct": {r.strategy.name: spread_pct(r.composed) for r in self.runs},
                 "phases_us": {k: m.median for k, m in self.phases.items()},
                 "phase_table": self.phase_table(),
@@ -561,18 +585,23 @@ class IterationResult:
                 "overlap_efficiency": self.overlap_efficiency, "io_threads": self.io_threads,
                 "contention": self.phases_model().contention()}
 
-    def phases_model(self) -> Phases:
-        """The isolated phases as the model reads them."""
+    def phases_model(self, at: int | None = None) -> Phases:
+        """The isolated phases as the model reads them: their medians over the isolated rounds,
+        or (at) isolated round `at`'s own."""
         p = self.phases
+
+        def value(m: Measurement) -> float:
+            return m.median if at is None else m.samples_us[at]
+
         slow = {k: max(0.0, m.median) for k, m in self.contention.items()}  # signed samples
         by_strategy = {name: (c.samples_us[self.slowdown_round[name]], m.samples_us[self.slowdown_round[name]])
                        for name, (c, m) in self.slowdowns.items()}
         first = next(iter(by_strategy.values()), (None, None))
-        return Phases(batch=self.batch, forward_us=p["forward"].median, backward_us=p["backward"].median,
-                      io_us=p["io"].median if "io" in p else 0.0, h2d_us=p["h2d"].median,
-                      update_us=p["update"].median,
-                      layer_forward_us={la["name"]: la["forward"].median for la in self.layers},
-                      layer_backward_us={la["name"]: la["backward"].median for la in self.layers},
+        return Phases(batch=self.batch, forward_us=value(p["forward"]), backward_us=value(p["backward"]),
+                      io_us=value(p["io"]) if "io" in p else 0.0, h2d_us=value(p["h2d"]),
+                      update_us=value(p["update"]),
+                      layer_forward_us={la["name"]: value(la["forward"]) for la in self.layers},
+                      layer_backward_us={la["name"]: value(la["backward"]) for la in self.layers},
                       net=self.net, workers=self.world_size, source="measured",
                       overlap_efficiency=self.overlap_efficiency, compute_slowdown=first[0], comm_slowdown=first[1],
                       strategy_slowdowns=by_strategy, read_beside_us=slow.get("read_beside_us"),
@@ -923,8 +952,26 @@ class Iteration:
         result.slowdown_round[strategy.name] = median_round
         return pairs[median_round]
 
+    def _paired_errors(self, result: IterationResult, k: int, plan: _PlanRow, rounds: _Rounds,
+                       round_phases: list[Phases], pair: tuple[float, float] | None) -> list[float]:
+        """Per round, the model priced from that round's own parts (the isolated round right
+        before plan k's composed iteration, its messages alone, and the round's contention pair
+        when every round has one, else `pair`) against that round's composed iteration, in %."""
+        strategy, mplan = plan[0], plan[1]
+        composed = rounds.composed[k]
+        slow = result.slowdowns.get(strategy.name)
+        per_round = slow is not None and len(slow[0].samples_us) == len(composed)
+        errors = []
+        for r, (composed_us, _) in enumerate(composed):
+            costs = mplan.model_costs([samples[r] for samples in rounds.messages[k]])
+            round_pair = (slow[0].samples_us[r], slow[1].samples_us[r]) if slow is not None and per_round else pair
+            iso = round_phases[r * len(rounds.composed) + k]
+            predicted = price_as_executed(self.net, iso, strategy, result.world_size, costs, round_pair).t_iter_us
+            errors.append(100.0 * (predicted - composed_us) / composed_us)
+        return errors
+
     def _strategy_run(self, result: IterationResult, k: int, plan: _PlanRow, rounds: _Rounds, clock: str,
-                      model_phases: Phases, isolated_whole: Measurement) -> StrategyRun:
+                      model_phases: Phases, isolated_whole: Measurement, round_phases: list[Phases]) -> StrategyRun:
         """Plan k's messages alone, its composed iteration, and the model's prediction of it from
         the isolated phases (model_phases) and the messages' measured costs, with its standard error."""
         strategy, mplan = plan[0], plan[1]
@@ -945,7 +992,8 @@ class Iteration:
             model_se = math.hypot(model_se, (moved[0] - moved[1]) / 2)
         return StrategyRun(strategy, mplan, msg,
                            Measurement(samples, "steady-clock", "one composed iteration, max over ranks"),
-                           composed[_median_index(samples)][1], pred, _inside_phases(composed, clock), model_se)
+                           composed[_median_index(samples)][1], pred, _inside_phases(composed, clock), model_se,
+                           self._paired_errors(result, k, plan, rounds, round_phases, pair))
 
     def measure(self) -> IterationResult:
         """Build the net, run the rounds (class docstring), then per strategy the model against
@@ -976,8 +1024,12 @@ class Iteration:
         if rounds.read_costs:
             result.contention["read_beside_us"] = Measurement(
                 rounds.read_costs, clock, "compute time lost to the read on the prefetch thread beside it, max over ranks")
-        model_phases = result.phases_model()  # before any strategy's slowdowns are recorded in result
+        # before any strategy's slowdowns are recorded in result: the medians, and each isolated
+        # round's own (one before every composed iteration: round r, plan k's is r * plans + k)
+        model_phases = result.phases_model()
+        round_phases = [result.phases_model(at=i) for i in range(len(iso_traces))]
         for k, plan in enumerate(plans):
-            result.runs.append(self._strategy_run(result, k, plan, rounds, clock, model_phases, isolated_whole))
+            result.runs.append(self._strategy_run(result, k, plan, rounds, clock, model_phases, isolated_whole,
+                                                  round_phases))
         result.request = self.request
         return result
