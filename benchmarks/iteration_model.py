@@ -329,8 +329,9 @@ def summarise(rows: list[dict], args: argparse.Namespace, out: Path) -> None:
         acc["beyond"].append(abs(bias) > 2 * 1.2533 * se / math.sqrt(len(rs)))
         acc["paired_med"].append(statistics.median(pa_err))
         acc["paired_worst"].append(max(pa_err))
-        pa_se = statistics.median(r["paired_se"] for r in rs)
-        acc["paired_beyond"].append(abs(pa_bias) > 2 * 1.2533 * pa_se / math.sqrt(len(rs)))
+        pa_ses = [r["paired_se"] for r in rs if r["paired_se"] is not None]  # None from one round
+        acc["paired_beyond"].append(bool(pa_ses) and abs(pa_bias) > 2 * 1.2533 * statistics.median(pa_ses)
+                                    / math.sqrt(len(rs)))
     print()
     for ranks, acc in per_ranks.items():
         n = len(acc["model_med"])

@@ -255,6 +255,11 @@ def test_paired_error_prices_each_round_from_its_own_parts(monkeypatch):
         assert abs(run.paired_error_pct) < 15, (run.strategy.name, run.paired_errors_pct)
         assert run.error_pct < -40, (run.strategy.name, run.error_pct)  # the medians: the machine, not the model
     assert r.phases_model(at=3).forward_us == r.phases["forward"].samples_us[3]
+    # one round: a paired error, no standard error, and rows the JSON writer takes (no NaN)
+    monkeypatch.undo()
+    one = Iteration(MLP, batch=2, device="cpu", strategy="serial", iters=1, warmup=0, io=False).measure()
+    assert one.runs[0].paired_error_se_pct is None and len(one.runs[0].paired_errors_pct) == 1
+    json.dumps(one.rows(), allow_nan=False)
 
 
 def test_first_screen_of_a_users_net(tmp_path):

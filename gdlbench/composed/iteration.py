@@ -424,18 +424,19 @@ class StrategyRun:
         return 100.0 * (self.predicted_us - self.composed.median) / self.composed.median
 
     @property
-    def paired_error_pct(self) -> float:
+    def paired_error_pct(self) -> float | None:
         """The median over rounds of each round's own error (paired_errors_pct). Where the machine
         switches between a fast and a slow state for tens of seconds, the medians of the parts and
         of the whole can fall in different states (error_pct then measures the machine, not the
         model); a round's parts and its composed iteration, timed seconds apart, share one."""
-        return float(np.median(self.paired_errors_pct)) if self.paired_errors_pct else math.nan
+        return float(np.median(self.paired_errors_pct)) if self.paired_errors_pct else None
 
     @property
-    def paired_error_se_pct(self) -> float:
-        """The standard error of paired_error_pct from the rounds' spread (1.25 sd / sqrt(n))."""
+    def paired_error_se_pct(self) -> float | None:
+        """The standard error of paired_error_pct from the rounds' spread (1.25 sd / sqrt(n));
+        None from one round."""
         e = self.paired_errors_pct
-        return 1.2533 * float(np.std(e, ddof=1)) / math.sqrt(len(e)) if len(e) > 1 else math.nan
+        return 1.2533 * float(np.std(e, ddof=1)) / math.sqrt(len(e)) if len(e) > 1 else None
 
     def breakdowns(self, layer_names: list[str]) -> list[dict[str, float]]:
         """Every rank's traced iteration (the median round) as exposed phases (traced_breakdown)."""

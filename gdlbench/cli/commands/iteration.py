@@ -196,7 +196,9 @@ def _print_strategies(r: IterationResult, serial: float) -> None:
                 IterationResult.STRATEGY_COLUMNS, rows,
                 caption=f"error = (predicted - measured) / measured; se: the error's standard error from "
                         "the rounds' spread (what a perfect model would show here at one sigma; an error within "
-                        "about 2 se is noise, not the model); spread: the composed run's interquartile "
+                        "about 2 se is noise, not the model); paired: the median over rounds of each round's "
+                        "error, the model priced from that round's own phases and messages alone; spread: the "
+                        "composed run's interquartile "
                         f"range over the rounds / median. {notes}. Parameter-server strategies run "
                         "each message as one push+pull call. Presets are stated assumptions (gdlbench.model.strategies), "
                         "not reproductions of the frameworks.")
