@@ -45,6 +45,16 @@ def check_device(device: str, what: str) -> None:
         raise UsageError(f"{what}: --device must be one of {', '.join(DEVICES)}, got {device!r}")
 
 
+def median_se(samples: Sequence[float]) -> float:
+    """Standard error of the median of samples: 1.2533 sigma / sqrt(n), sigma estimated from the
+    IQR (IQR / 1.349, so that one stalled sample does not swell it); 0 for one sample."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    q75, q25 = np.percentile(samples, [75, 25])
+    return 1.2533 * (float(q75 - q25) / 1.349) / math.sqrt(n)
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Per-iteration samples in microseconds, the clock that took them and what they timed.
@@ -105,10 +115,8 @@ class Measurement:
 
     @property
     def median_se(self) -> float:
-        """Standard error of the median: 1.2533 sigma / sqrt(n), sigma estimated from the IQR
-        (IQR / 1.349, so that one stalled sample does not swell it); 0 for one sample."""
-        n = len(self.samples_us)
-        return 0.0 if n < 2 else 1.2533 * (self.iqr / 1.349) / math.sqrt(n)
+        """Standard error of the median (the module's median_se); 0 for one sample."""
+        return median_se(self.samples_us)
 
     @property
     def noisy(self) -> bool:

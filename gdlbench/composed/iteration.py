@@ -49,7 +49,7 @@ from .._native import MPI, _core, require_cuda, require_thread_level
 from ..common import env
 from ..common.errors import UsageError
 from ..common.hostmem import require_device, require_host
-from ..common.measurement import Measurement, check_device, check_threads, check_timing
+from ..common.measurement import Measurement, check_device, check_threads, check_timing, median_se
 from ..common.output import Column, fmt_float
 from ..common.units import option_argv
 from ..model.phases import Phases, Prediction, Span, hidden_us, message_label, predict_iteration
@@ -433,10 +433,9 @@ class StrategyRun:
 
     @property
     def paired_error_se_pct(self) -> float | None:
-        """The standard error of paired_error_pct from the rounds' spread (1.25 sd / sqrt(n));
-        None from one round."""
-        e = self.paired_errors_pct
-        return 1.2533 * float(np.std(e, ddof=1)) / math.sqrt(len(e)) if len(e) > 1 else None
+        """The standard error of paired_error_pct from the rounds' spread (median_se); None from
+        one round."""
+        return median_se(self.paired_errors_pct) if len(self.paired_errors_pct) > 1 else None
 
     def breakdowns(self, layer_names: list[str]) -> list[dict[str, float]]:
         """Every rank's traced iteration (the median round) as exposed phases (traced_breakdown)."""
@@ -961,13 +960,14 @@ class Iteration:
         strategy, mplan = plan[0], plan[1]
         composed = rounds.composed[k]
         slow = result.slowdowns.get(strategy.name)
-        per_round = slow is not None and len(slow[0].samples_us) == len(composed)
+        pairs: list[tuple[float, float] | None] = [pair] * len(composed)
+        if slow is not None and len(slow[0].samples_us) == len(composed):
+            pairs = list(zip(slow[0].samples_us, slow[1].samples_us, strict=True))
         errors = []
         for r, (composed_us, _) in enumerate(composed):
             costs = mplan.model_costs([samples[r] for samples in rounds.messages[k]])
-            round_pair = (slow[0].samples_us[r], slow[1].samples_us[r]) if slow is not None and per_round else pair
             iso = round_phases[r * len(rounds.composed) + k]
-            predicted = price_as_executed(self.net, iso, strategy, result.world_size, costs, round_pair).t_iter_us
+            predicted = price_as_executed(self.net, iso, strategy, result.world_size, costs, pairs[r]).t_iter_us
             errors.append(100.0 * (predicted - composed_us) / composed_us)
         return errors
 

@@ -38,6 +38,7 @@ from typing import Any
 from .. import __version__
 from ..common import env
 from ..common.errors import UsageError
+from ..common.measurement import median_se
 from ..common.paths import write_atomic
 from ..common.units import number_text, parse_size
 from ..composed.iteration import default_batch, traced_breakdown
@@ -934,14 +935,10 @@ PS_SERVERS_ASSUMED = ("servers = workers (P = N): assumed, as the strategy leave
 
 def measured_spread(samples: list[float]) -> dict[str, Any]:
     """The spread over rounds of a measured time: its samples, range and the standard error of the
-    median (Measurement.median_se: 1.2533 x IQR/1.349 / sqrt(n); 0 for one round)."""
-    import numpy as np
-
-    n = len(samples)
-    q75, q25 = np.percentile(samples, [75, 25])
-    se = 0.0 if n < 2 else 1.2533 * (float(q75 - q25) / 1.349) / math.sqrt(n)
-    return {"measured_samples_us": [float(x) for x in samples], "measured_rounds": n,
-            "measured_min_us": float(min(samples)), "measured_max_us": float(max(samples)), "measured_se_us": se}
+    median (common.measurement.median_se; 0 for one round)."""
+    return {"measured_samples_us": [float(x) for x in samples], "measured_rounds": len(samples),
+            "measured_min_us": float(min(samples)), "measured_max_us": float(max(samples)),
+            "measured_se_us": median_se(samples)}
 
 
 def servers_of(s: Strategy, workers: int) -> dict[str, Any]:
